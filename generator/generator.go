@@ -1,0 +1,365 @@
+// Package generator turns a resolved profile into a Compose project.
+//
+// It is pure: Generate performs no I/O, runs nothing and reads no environment
+// variables. Everything it needs to know about the host comes in a Host value,
+// and environment variables passed through are named, never valued: the
+// engine reads their values from the launcher's environment when it runs the
+// project. The same inputs always give the same project, and Render always
+// gives the same bytes.
+package generator
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/docker/go-units"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"go.yaml.in/yaml/v3"
+)
+
+// Service is the name of the service the agent runs in.
+const Service = "agent"
+
+// Label keys put on every resource of a sandbox.
+const (
+	LabelProfile   = "dev.propio-sandbox.profile"
+	LabelWorkspace = "dev.propio-sandbox.workspace"
+	// Extension is the service extension that carries settings the engine
+	// applies itself (such as the timeout).
+	Extension = "x-propio-sandbox"
+)
+
+// Host is what the generator knows of the machine, gathered beforehand.
+type Host struct {
+	Workspace  string // absolute path of the directory the command runs in
+	Home       string
+	PropioHome string
+	UID, GID   int
+	// EnvNames are the names of the host's environment variables, never their values.
+	EnvNames []string
+	// EmptyFile is an empty regular file on the host, bind-mounted read-only over hidden files.
+	EmptyFile string
+	// Matches are the workspace entries matched by workspace.readonly and workspace.hide.
+	Matches []Match
+	// Exists holds the host paths, among mount sources, that exist.
+	Exists map[string]bool
+}
+
+// Match is a workspace entry matched by a readonly or hide pattern.
+type Match struct {
+	Path string // relative to the workspace, with forward slashes
+	Dir  bool
+	Hide bool // matched by hide (else by readonly)
+}
+
+// Options are the choices of one invocation.
+type Options struct {
+	Project string   // the Compose project name
+	Command []string // overrides the profile's command when not nil
+}
+
+// Vars returns the values of the variables a profile may use.
+func (h Host) Vars() profile.Vars {
+	return profile.Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome}
+}
+
+// MountSource returns the host path of a profile mount, expanded and absolute.
+func MountSource(m profile.Mount, h Host) string {
+	src := profile.Expand(m.Source, h.Vars())
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(m.Dir, src)
+	}
+	return filepath.Clean(src)
+}
+
+// Generate builds the Compose project that runs p on h. It returns a
+// profile.List of positioned problems for what only the host can reveal (a
+// missing mount source).
+func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
+	if !filepath.IsAbs(h.Workspace) {
+		return nil, fmt.Errorf("workspace %q is not an absolute path", h.Workspace)
+	}
+	vars := h.Vars()
+	svc := types.ServiceConfig{Name: Service}
+	svc.Image = p.Image
+	if p.Build != nil {
+		ctx := profile.Expand(p.Build.Context, vars)
+		if !filepath.IsAbs(ctx) {
+			ctx = filepath.Join(p.Build.Dir, ctx)
+		}
+		svc.Build = &types.BuildConfig{
+			Context:    filepath.Clean(ctx),
+			Dockerfile: profile.Expand(p.Build.Dockerfile, vars),
+			Target:     p.Build.Target,
+		}
+		if len(p.Build.Args) > 0 {
+			svc.Build.Args = types.MappingWithEquals{}
+			for k, v := range p.Build.Args {
+				svc.Build.Args[k] = ptr(v)
+			}
+		}
+	}
+	cmd := p.Command
+	if o.Command != nil {
+		cmd = o.Command
+	}
+	for _, c := range cmd {
+		svc.Command = append(svc.Command, profile.Expand(c, vars))
+	}
+
+	switch p.User {
+	case "host":
+		svc.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
+	case "root":
+		svc.User = "0:0"
+	default:
+		svc.User = p.User
+	}
+	svc.WorkingDir = p.Workspace.Target
+	svc.Environment = environment(p, h)
+
+	vols, tmpfs, err := mounts(p, h)
+	if err != nil {
+		return nil, err
+	}
+	svc.Volumes = vols
+	svc.Tmpfs = tmpfs
+
+	labels := types.Labels{
+		LabelProfile:   profileLabel(p),
+		LabelWorkspace: h.Workspace,
+	}
+	svc.Labels = labels
+	project := &types.Project{Name: o.Project, WorkingDir: h.Workspace}
+	switch p.Network.Mode {
+	case "none":
+		svc.NetworkMode = "none"
+	default:
+		svc.Networks = map[string]*types.ServiceNetworkConfig{"default": nil}
+		project.Networks = types.Networks{"default": types.NetworkConfig{Name: o.Project + "_default", Labels: maps.Clone(labels)}}
+		if *p.Network.HostGateway {
+			svc.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
+		}
+	}
+
+	svc.CPUS = float32(p.Resources.CPUs)
+	mem, err := units.RAMInBytes(p.Resources.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("resources.memory: %w", err)
+	}
+	svc.MemLimit = types.UnitBytes(mem)
+	svc.PidsLimit = p.Resources.Pids
+
+	svc.ReadOnly = *p.Security.ReadOnlyRootfs
+	svc.Runtime = p.Security.Runtime
+	svc.CapAdd = slices.Clone(p.Security.CapAdd)
+	svc.CapDrop = slices.Clone(p.Security.CapDrop)
+	if *p.Security.NoNewPrivileges {
+		svc.SecurityOpt = []string{"no-new-privileges:true"}
+	}
+	svc.Init = ptr(*p.Security.Init)
+
+	for _, spec := range p.Ports {
+		ports, err := types.ParsePortConfig(spec)
+		if err != nil {
+			return nil, fmt.Errorf("ports: %q: %w", spec, err)
+		}
+		for _, port := range ports {
+			if port.HostIP == "" {
+				port.HostIP = "127.0.0.1"
+			}
+			svc.Ports = append(svc.Ports, port)
+		}
+	}
+
+	ext := map[string]any{"profile": profileLabel(p)}
+	if p.Resources.Timeout != "" {
+		d, _ := time.ParseDuration(p.Resources.Timeout)
+		ext["timeout"] = d.String()
+	}
+	svc.Extensions = types.Extensions{Extension: ext}
+
+	project.Services = types.Services{Service: svc}
+	return project, nil
+}
+
+func profileLabel(p *profile.Profile) string {
+	if p.Meta.Name != "" {
+		return p.Meta.Name
+	}
+	return p.Meta.File
+}
+
+// environment names the passed variables (the engine fills in their values)
+// and sets the profile's defaults where no passed host variable overrides them.
+func environment(p *profile.Profile, h Host) types.MappingWithEquals {
+	env := types.MappingWithEquals{"HOME": ptr(profile.HomeDir)}
+	for _, name := range h.EnvNames {
+		if name != "HOME" && profile.MatchesAny(p.Env.Pass, name) {
+			env[name] = nil
+		}
+	}
+	for k, v := range p.Env.Set {
+		if v, passed := env[k]; passed && v == nil {
+			continue // a passed host value wins over the default
+		}
+		env[k] = ptr(profile.Expand(v, h.Vars()))
+	}
+	return env
+}
+
+// mounts lays out the filesystem: the workspace, its read-only and hidden
+// paths, the profile's extra mounts, and the writable tmpfs mounts.
+func mounts(p *profile.Profile, h Host) ([]types.ServiceVolumeConfig, types.StringList, error) {
+	target := p.Workspace.Target
+	vols := []types.ServiceVolumeConfig{bind(h.Workspace, target, p.Workspace.Mode == "ro")}
+
+	tmpSize, err := units.RAMInBytes(p.Resources.Tmp)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resources.tmp: %w", err)
+	}
+	tmpfs := types.StringList{
+		fmt.Sprintf("/tmp:size=%d,mode=1777", tmpSize),
+		fmt.Sprintf("%s:size=%d,mode=0700,uid=%d,gid=%d", profile.HomeDir, tmpSize, uidOf(p, h), gidOf(p, h)),
+	}
+
+	matches := slices.Clone(h.Matches)
+	slices.SortFunc(matches, func(a, b Match) int { return strings.Compare(a.Path, b.Path) })
+	var hidden []string // hidden directories: nothing below them is mounted
+	under := func(rel string) bool {
+		for _, d := range hidden {
+			if strings.HasPrefix(rel, d+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	hides := map[string]bool{}
+	for _, m := range matches {
+		if m.Hide {
+			hides[m.Path] = true
+		}
+	}
+	for _, m := range matches {
+		if under(m.Path) || (!m.Hide && hides[m.Path]) {
+			continue
+		}
+		dst := path.Join(target, m.Path)
+		switch {
+		case m.Hide && m.Dir:
+			tmpfs = append(tmpfs, dst+":ro,size=4k,mode=0555")
+			hidden = append(hidden, m.Path)
+		case m.Hide:
+			if h.EmptyFile == "" {
+				return nil, nil, fmt.Errorf("hiding %s: no empty file to mount over it", m.Path)
+			}
+			vols = append(vols, bind(h.EmptyFile, dst, true))
+		case p.Workspace.Mode != "ro":
+			vols = append(vols, bind(filepath.Join(h.Workspace, filepath.FromSlash(m.Path)), dst, true))
+		}
+	}
+
+	var errs profile.List
+	for i, m := range p.Mounts {
+		src := MountSource(m, h)
+		if !h.Exists[src] {
+			if m.Optional {
+				continue
+			}
+			pos := p.Pos("mounts", strconv.Itoa(i), "source")
+			errs = append(errs, &profile.Error{
+				Pos: pos, Field: fmt.Sprintf("mounts[%d].source", i),
+				Msg:  fmt.Sprintf("%s does not exist", src),
+				Hint: "create it, or mark the mount optional: true (a missing source is never created)",
+			})
+			continue
+		}
+		dst := profile.Expand(m.Target, h.Vars())
+		if !path.IsAbs(dst) {
+			errs = append(errs, &profile.Error{Pos: p.Pos("mounts", strconv.Itoa(i), "target"), Field: fmt.Sprintf("mounts[%d].target", i), Msg: fmt.Sprintf("%q is not an absolute path", dst)})
+			continue
+		}
+		vols = append(vols, bind(src, path.Clean(dst), m.Mode != "rw"))
+	}
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
+	return vols, tmpfs, nil
+}
+
+func uidOf(p *profile.Profile, h Host) int {
+	switch p.User {
+	case "host":
+		return h.UID
+	case "root":
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.SplitN(p.User, ":", 2)[0])
+	return n
+}
+
+func gidOf(p *profile.Profile, h Host) int {
+	switch p.User {
+	case "host":
+		return h.GID
+	case "root":
+		return 0
+	}
+	parts := strings.SplitN(p.User, ":", 2)
+	n, _ := strconv.Atoi(parts[len(parts)-1])
+	return n
+}
+
+func bind(src, dst string, readOnly bool) types.ServiceVolumeConfig {
+	return types.ServiceVolumeConfig{
+		Type:     types.VolumeTypeBind,
+		Source:   src,
+		Target:   dst,
+		ReadOnly: readOnly,
+		Bind:     &types.ServiceVolumeBind{CreateHostPath: false},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Render prints a project as compose YAML: deterministic bytes that
+// compose-go loads back to the same project. Dollar signs are doubled so that
+// Compose's interpolation gives back the literal text.
+func Render(project *types.Project) ([]byte, error) {
+	raw, err := project.MarshalYAML()
+	if err != nil {
+		return nil, fmt.Errorf("rendering project: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("rendering project: %w", err)
+	}
+	escapeDollars(&doc)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, fmt.Errorf("rendering project: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("rendering project: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func escapeDollars(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "$") {
+		n.Value = strings.ReplaceAll(n.Value, "$", "$$")
+	}
+	for _, c := range n.Content {
+		escapeDollars(c)
+	}
+}

@@ -1,0 +1,246 @@
+// Package hostinfo gathers what the generator needs to know about this
+// machine: directories, the invoking user, the names (never the values) of
+// environment variables, the workspace paths that readonly and hide patterns
+// match, and which mount sources exist. It is the I/O half of generation;
+// it never talks to a container engine.
+package hostinfo
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// Dirs are the user's propio-sandbox directories.
+type Dirs struct {
+	Config string // $XDG_CONFIG_HOME/propio-sandbox
+	State  string // $XDG_STATE_HOME/propio-sandbox
+}
+
+// UserDirs returns the propio-sandbox directories of the XDG base directory spec.
+func UserDirs() (Dirs, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return Dirs{}, fmt.Errorf("finding home directory: %w", err)
+	}
+	config := os.Getenv("XDG_CONFIG_HOME")
+	if !filepath.IsAbs(config) {
+		config = filepath.Join(home, ".config")
+	}
+	state := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(state) {
+		state = filepath.Join(home, ".local", "state")
+	}
+	return Dirs{Config: filepath.Join(config, "propio-sandbox"), State: filepath.Join(state, "propio-sandbox")}, nil
+}
+
+// ProfileDir is where user profiles live.
+func (d Dirs) ProfileDir() string { return filepath.Join(d.Config, "profiles") }
+
+// Workspace returns the absolute, symlink-free path of the current directory.
+func Workspace() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the working directory: %w", err)
+	}
+	if real, err := filepath.EvalSymlinks(wd); err == nil {
+		wd = real
+	}
+	return wd, nil
+}
+
+// PropioHome is $PROPIO_HOME, else the install root: the parent of the folder
+// holding the resolved executable.
+func PropioHome() string {
+	if v := os.Getenv("PROPIO_HOME"); v != "" {
+		return v
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Dir(filepath.Dir(exe))
+}
+
+// Limits returns the host's cores and memory.
+func Limits() profile.Limits {
+	return profile.Limits{CPUs: float64(runtime.NumCPU()), Memory: memTotal()}
+}
+
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// EnvNames returns the names of the process's environment variables, sorted.
+// Values are never read into the result.
+func EnvNames() []string {
+	var names []string
+	for _, kv := range os.Environ() {
+		if name, _, ok := strings.Cut(kv, "="); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Gather builds the generator's view of this host for profile p run in
+// workspace. It creates the empty file that hidden files are masked with
+// under dirs.State when the profile hides a file.
+func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return generator.Host{}, fmt.Errorf("finding home directory: %w", err)
+	}
+	h := generator.Host{
+		Workspace:  workspace,
+		Home:       home,
+		PropioHome: PropioHome(),
+		UID:        os.Getuid(),
+		GID:        os.Getgid(),
+		EnvNames:   EnvNames(),
+		Exists:     map[string]bool{},
+	}
+	h.Matches, err = Match(workspace, p.Workspace.ReadOnly, p.Workspace.Hide)
+	if err != nil {
+		return generator.Host{}, err
+	}
+	for _, m := range h.Matches {
+		if m.Hide && !m.Dir {
+			if h.EmptyFile, err = emptyFile(dirs.State); err != nil {
+				return generator.Host{}, err
+			}
+			break
+		}
+	}
+	for _, m := range p.Mounts {
+		src := generator.MountSource(m, h)
+		if _, err := os.Stat(src); err == nil {
+			h.Exists[src] = true
+		}
+	}
+	return h, nil
+}
+
+// emptyFile returns a read-only empty file under dir, creating it if needed.
+func emptyFile(dir string) (string, error) {
+	name := filepath.Join(dir, "empty")
+	if st, err := os.Stat(name); err == nil && st.Mode().IsRegular() && st.Size() == 0 {
+		return name, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	os.Remove(name)
+	if err := os.WriteFile(name, nil, 0o444); err != nil {
+		return "", fmt.Errorf("creating %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// Match finds the workspace entries that the readonly and hide patterns
+// select. A pattern without a slash matches a name at any depth; one with a
+// slash is matched against the path from the workspace root. Symbolic links
+// are not matched (inside the sandbox they cannot point out of it).
+func Match(workspace string, readonly, hide []string) ([]generator.Match, error) {
+	found := map[string]generator.Match{}
+	add := func(rel string, dir, isHide bool) {
+		m := found[rel]
+		m.Path, m.Dir = rel, dir
+		m.Hide = m.Hide || isHide
+		found[rel] = m
+	}
+	type pattern struct {
+		pat  string
+		hide bool
+	}
+	var names []pattern
+	for _, list := range []struct {
+		pats []string
+		hide bool
+	}{{readonly, false}, {hide, true}} {
+		for _, pat := range list.pats {
+			pat = strings.TrimSuffix(pat, "/")
+			if !strings.Contains(pat, "/") {
+				names = append(names, pattern{pat, list.hide})
+				continue
+			}
+			hits, err := filepath.Glob(filepath.Join(workspace, filepath.FromSlash(pat)))
+			if err != nil {
+				return nil, fmt.Errorf("matching %q: %w", pat, err)
+			}
+			for _, hit := range hits {
+				st, err := os.Lstat(hit)
+				if err != nil || st.Mode()&fs.ModeSymlink != 0 {
+					continue
+				}
+				rel, _ := filepath.Rel(workspace, hit)
+				add(filepath.ToSlash(rel), st.IsDir(), list.hide)
+			}
+		}
+	}
+	if len(names) > 0 {
+		err := filepath.WalkDir(workspace, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrPermission) {
+					return nil // unreadable here is unreadable in the sandbox too
+				}
+				return err
+			}
+			if p == workspace || d.Type()&fs.ModeSymlink != 0 {
+				return nil
+			}
+			rel, _ := filepath.Rel(workspace, p)
+			rel = filepath.ToSlash(rel)
+			hidden := false
+			for _, n := range names {
+				if ok, _ := path.Match(n.pat, d.Name()); ok {
+					add(rel, d.IsDir(), n.hide)
+					hidden = hidden || n.hide
+				}
+			}
+			if hidden && d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("matching workspace paths: %w", err)
+		}
+	}
+	out := make([]generator.Match, 0, len(found))
+	for _, m := range found {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}

@@ -1,0 +1,367 @@
+package profile
+
+import (
+	"fmt"
+	"math"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/docker/go-units"
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults of version 1, applied when no profile in the chain sets a value.
+const (
+	DefaultTarget  = "/workspace"
+	DefaultCPUs    = 2.0
+	DefaultMemory  = "2g"
+	DefaultPids    = 100
+	DefaultTmp     = "1g"
+	DefaultNetwork = "none"
+	// HomeDir is the writable HOME inside every sandbox (a tmpfs).
+	HomeDir = "/home/sandbox"
+)
+
+// Bounds of resource requests. The upper bounds of cpus and memory are the host's.
+const (
+	MinCPUs   = 0.5
+	MinMemory = 512 * units.MiB
+	MinPids   = 10
+	MaxPids   = 1000
+	MinTmp    = 1 * units.GiB
+	MaxTmp    = 100 * units.GiB
+)
+
+// Limits are the host's capacity, the upper bounds of resource requests.
+// A zero field is unknown and not checked.
+type Limits struct {
+	CPUs   float64
+	Memory int64
+}
+
+func (p *Profile) set(path ...string) bool {
+	return p.src != nil && lookupPath(p.src.root, path) != nil
+}
+
+func lookupPath(n *yaml.Node, path []string) *yaml.Node {
+	for _, k := range path {
+		n = lookup(n, k)
+		if n == nil {
+			return nil
+		}
+	}
+	return n
+}
+
+func (p *Profile) applyDefaults() {
+	if p.Version == 0 {
+		p.Version = 1
+	}
+	if p.User == "" {
+		p.User = "host"
+	}
+	if p.Workspace.Target == "" {
+		p.Workspace.Target = DefaultTarget
+	}
+	if p.Workspace.Mode == "" {
+		p.Workspace.Mode = "rw"
+	}
+	for i := range p.Mounts {
+		if p.Mounts[i].Mode == "" {
+			p.Mounts[i].Mode = "ro"
+		}
+	}
+	if p.Network.Mode == "" {
+		p.Network.Mode = DefaultNetwork
+	}
+	if p.Network.HostGateway == nil {
+		p.Network.HostGateway = ptr(true)
+	}
+	if p.Resources.CPUs == 0 && !p.set("resources", "cpus") {
+		p.Resources.CPUs = DefaultCPUs
+	}
+	if p.Resources.Memory == "" {
+		p.Resources.Memory = DefaultMemory
+	}
+	if p.Resources.Pids == 0 && !p.set("resources", "pids") {
+		p.Resources.Pids = DefaultPids
+	}
+	if p.Resources.Tmp == "" {
+		p.Resources.Tmp = DefaultTmp
+	}
+	if p.Security.ReadOnlyRootfs == nil {
+		p.Security.ReadOnlyRootfs = ptr(false)
+	}
+	if p.Security.CapDrop == nil && !p.set("security", "cap_drop") {
+		p.Security.CapDrop = []string{"ALL"}
+	}
+	if p.Security.NoNewPrivileges == nil {
+		p.Security.NoNewPrivileges = ptr(true)
+	}
+	if p.Security.Init == nil {
+		p.Security.Init = ptr(true)
+	}
+}
+
+// FitDefaults lowers the cpus and memory defaults to what the host has, so
+// that a profile that does not ask for resources runs on a small machine.
+// Values a profile sets are left for Check to judge.
+func (p *Profile) FitDefaults(l Limits) {
+	if l.CPUs > 0 && !p.set("resources", "cpus") && p.Resources.CPUs > l.CPUs {
+		p.Resources.CPUs = math.Max(MinCPUs, l.CPUs)
+	}
+	if l.Memory > 0 && !p.set("resources", "memory") {
+		if b, err := units.RAMInBytes(p.Resources.Memory); err == nil && b > l.Memory {
+			p.Resources.Memory = strconv.FormatInt(l.Memory/units.MiB, 10) + "m"
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Variables that profile strings may use.
+var allowedVars = []string{"WORKSPACE", "HOME", "PROPIO_HOME"}
+
+var varRef = regexp.MustCompile(`\$(\$|\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*|)`)
+
+// Vars are the values of the variables profile strings may use.
+type Vars struct {
+	Workspace  string
+	Home       string
+	PropioHome string
+}
+
+// Expand replaces ${WORKSPACE}, ${HOME}, ${PROPIO_HOME}, a leading ~/ and $$
+// in s. Check has already rejected any other reference.
+func Expand(s string, v Vars) string {
+	if s == "~" {
+		return v.Home
+	}
+	if rest, ok := strings.CutPrefix(s, "~/"); ok {
+		s = v.Home + "/" + rest
+	}
+	return varRef.ReplaceAllStringFunc(s, func(m string) string {
+		switch m {
+		case "$$":
+			return "$"
+		case "${WORKSPACE}":
+			return v.Workspace
+		case "${HOME}":
+			return v.Home
+		case "${PROPIO_HOME}":
+			return v.PropioHome
+		}
+		return m
+	})
+}
+
+// expandable lists the fields whose strings are expanded, with their paths.
+func (p *Profile) expandable() []struct {
+	path  []string
+	value string
+} {
+	type field = struct {
+		path  []string
+		value string
+	}
+	var out []field
+	if p.Build != nil {
+		out = append(out, field{[]string{"build", "context"}, p.Build.Context}, field{[]string{"build", "dockerfile"}, p.Build.Dockerfile})
+	}
+	for i, c := range p.Command {
+		out = append(out, field{[]string{"command", strconv.Itoa(i)}, c})
+	}
+	for i, m := range p.Mounts {
+		out = append(out, field{[]string{"mounts", strconv.Itoa(i), "source"}, m.Source}, field{[]string{"mounts", strconv.Itoa(i), "target"}, m.Target})
+	}
+	for _, k := range sortedKeys(p.Env.Set) {
+		out = append(out, field{[]string{"env", "set", k}, p.Env.Set[k]})
+	}
+	return out
+}
+
+// Check applies the rules that a schema cannot say, against the host's limits.
+// It returns every problem, as a List.
+func (p *Profile) Check(l Limits) error {
+	p.FitDefaults(l)
+	var errs List
+	add := func(msg, hint string, path ...string) { errs = append(errs, p.errorAt(msg, hint, path...)) }
+
+	if p.Image == "" {
+		add("image is required", "set image: to an image the engine has (propio-sandbox/agent:latest is built by `propio-sandbox build`), or extend a built-in profile with extends: open")
+	}
+
+	for _, f := range p.expandable() {
+		for _, m := range varRef.FindAllString(f.value, -1) {
+			switch {
+			case m == "$$":
+			case strings.HasPrefix(m, "${") && strings.HasSuffix(m, "}") && slices.Contains(allowedVars, m[2:len(m)-1]):
+			default:
+				add(fmt.Sprintf("%q cannot be expanded: only ${WORKSPACE}, ${HOME}, ${PROPIO_HOME} and ~/ are", m),
+					"host environment variables are never expanded into a profile; write $$ for a literal $", f.path...)
+			}
+		}
+	}
+
+	if p.Build != nil {
+		if p.Build.Context == "" {
+			add("context is required when build is set", "", "build")
+		} else if !isAbsLike(p.Build.Context) && p.Build.Dir == "" {
+			add("a built-in profile's build context must be absolute", "", "build", "context")
+		}
+	}
+
+	reserved := map[string]string{"/": "the root", "/proc": "the kernel's", "/sys": "the kernel's", "/dev": "the kernel's", "/tmp": "the sandbox's tmpfs", HomeDir: "the sandbox's HOME"}
+	checkTarget := func(target string, path ...string) {
+		clean := path0(target)
+		if clean != target && target != "" {
+			add(fmt.Sprintf("%q is not a clean absolute path (use %q)", target, clean), "", path...)
+			return
+		}
+		if what, ok := reserved[clean]; ok {
+			add(fmt.Sprintf("%s is %s mount point and cannot be used", clean, what), "", path...)
+		}
+	}
+	checkTarget(p.Workspace.Target, "workspace", "target")
+
+	targets := map[string]int{path0(p.Workspace.Target): -1}
+	for i, m := range p.Mounts {
+		idx := strconv.Itoa(i)
+		if !isAbsLike(m.Source) && m.Dir == "" {
+			add(fmt.Sprintf("source %q is relative, and a built-in profile has no directory to resolve it against", m.Source), "use an absolute path, ~/ or ${HOME}", "mounts", idx, "source")
+		}
+		if strings.Contains(m.Target, "$") || strings.HasPrefix(m.Target, "~") {
+			continue // checked after expansion, by the generator
+		}
+		checkTarget(m.Target, "mounts", idx, "target")
+		t := path0(m.Target)
+		if prev, dup := targets[t]; dup {
+			what := "the workspace target"
+			if prev >= 0 {
+				what = fmt.Sprintf("mounts[%d]", prev)
+			}
+			add(fmt.Sprintf("%s is already the target of %s", t, what), "", "mounts", idx, "target")
+			continue
+		}
+		targets[t] = i
+	}
+
+	for _, list := range []string{"readonly", "hide"} {
+		pats := p.Workspace.ReadOnly
+		if list == "hide" {
+			pats = p.Workspace.Hide
+		}
+		for i, pat := range pats {
+			if _, err := path.Match(pat, ""); err != nil {
+				add(fmt.Sprintf("%q is not a valid pattern: %v", pat, err), "", "workspace", list, strconv.Itoa(i))
+				continue
+			}
+			for _, seg := range strings.Split(pat, "/") {
+				if seg == ".." || seg == "." {
+					add(fmt.Sprintf("%q must stay inside the workspace (no . or .. segments)", pat), "", "workspace", list, strconv.Itoa(i))
+					break
+				}
+			}
+		}
+	}
+
+	for i, pat := range p.Env.Pass {
+		if strings.Trim(pat, "*?") == "" {
+			add(fmt.Sprintf("%q would pass every host variable", pat), "name the variables, or use a prefix glob such as AWS_*", "env", "pass", strconv.Itoa(i))
+		}
+	}
+	for i, name := range p.Env.Required {
+		if !MatchesAny(p.Env.Pass, name) {
+			add(fmt.Sprintf("%s is required but not passed, so the sandbox would never see it", name), fmt.Sprintf("add %s to env.pass", name), "env", "required", strconv.Itoa(i))
+		}
+	}
+
+	if l.CPUs > 0 && p.Resources.CPUs > l.CPUs {
+		add(fmt.Sprintf("%g is more than this host's %g cores", p.Resources.CPUs, l.CPUs), "", "resources", "cpus")
+	} else if p.Resources.CPUs < MinCPUs {
+		add(fmt.Sprintf("%g is below the minimum of %g", p.Resources.CPUs, MinCPUs), "", "resources", "cpus")
+	}
+	checkSize := func(field, value string, lo, hi int64, hiWhat string) {
+		b, err := units.RAMInBytes(value)
+		switch {
+		case err != nil:
+			add(fmt.Sprintf("%q is not a size", value), "write a size such as 512m or 2g", "resources", field)
+		case b < lo:
+			add(fmt.Sprintf("%s is below the minimum of %s", value, human(lo)), "", "resources", field)
+		case hi > 0 && b > hi:
+			add(fmt.Sprintf("%s is more than %s %s", value, hiWhat, human(hi)), "", "resources", field)
+		}
+	}
+	checkSize("memory", p.Resources.Memory, MinMemory, l.Memory, "this host's")
+	checkSize("tmp", p.Resources.Tmp, MinTmp, MaxTmp, "the maximum of")
+	if p.Resources.Pids < MinPids || p.Resources.Pids > MaxPids {
+		add(fmt.Sprintf("%d is outside %d .. %d", p.Resources.Pids, MinPids, MaxPids), "", "resources", "pids")
+	}
+	if p.Resources.Timeout != "" {
+		if d, err := time.ParseDuration(p.Resources.Timeout); err != nil || d <= 0 {
+			add(fmt.Sprintf("%q is not a positive duration", p.Resources.Timeout), "write a duration such as 90s, 30m or 2h", "resources", "timeout")
+		}
+	}
+
+	for i, c := range p.Security.CapAdd {
+		if strings.EqualFold(strings.TrimPrefix(c, "CAP_"), "ALL") {
+			add("adding every capability undoes the sandbox", "add only the capabilities the agent needs", "security", "cap_add", strconv.Itoa(i))
+		}
+	}
+
+	for i, port := range p.Ports {
+		if _, err := types.ParsePortConfig(port); err != nil {
+			add(fmt.Sprintf("%q: %v", port, err), "", "ports", strconv.Itoa(i))
+		}
+	}
+	if len(p.Ports) > 0 && p.Network.Mode == "none" {
+		add("ports cannot be published when network.mode is none: the sandbox has only loopback",
+			"set network.mode: open to publish ports", "ports")
+	}
+	return errs.err()
+}
+
+// MatchesAny reports whether name matches one of the env patterns.
+func MatchesAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func isAbsLike(s string) bool {
+	return strings.HasPrefix(s, "/") || strings.HasPrefix(s, "~/") || s == "~" || strings.HasPrefix(s, "${")
+}
+
+func path0(s string) string {
+	if s == "" {
+		return s
+	}
+	return path.Clean(s)
+}
+
+func human(b int64) string {
+	switch {
+	case b%units.GiB == 0:
+		return fmt.Sprintf("%dg", b/units.GiB)
+	case b%units.MiB == 0:
+		return fmt.Sprintf("%dm", b/units.MiB)
+	}
+	return strconv.FormatInt(b, 10)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

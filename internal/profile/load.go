@@ -1,0 +1,349 @@
+package profile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/propio/propio-sandbox/profiles"
+	"go.yaml.in/yaml/v3"
+)
+
+// RepoProfile is where a repository checks in its profile, relative to the workspace.
+const RepoProfile = ".propio/sandbox.yaml"
+
+// DefaultBuiltin is the built-in profile used when nothing else is chosen.
+const DefaultBuiltin = "open"
+
+// maxDepth bounds an extends chain.
+const maxDepth = 16
+
+// Locations says where profiles are looked for.
+type Locations struct {
+	// ConfigDir holds user profiles as NAME.yaml
+	// ($XDG_CONFIG_HOME/propio-sandbox/profiles).
+	ConfigDir string
+	// Workspace is the directory the command runs in; its RepoProfile is used
+	// when no profile is named.
+	Workspace string
+}
+
+// IsPath reports whether a profile reference names a file rather than a profile.
+func IsPath(ref string) bool {
+	return strings.Contains(ref, "/") || strings.HasSuffix(ref, ".yaml") || strings.HasSuffix(ref, ".yml")
+}
+
+// Load finds the profile named by ref (a name, a path, or "" for the
+// repository's profile or else the default built-in), resolves its extends
+// chain, applies defaults and checks it against limits. Every problem found
+// is returned, as a List where they have positions.
+func (l Locations) Load(ref string, limits Limits) (*Profile, error) {
+	p, err := l.Resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Check(limits); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Resolve is Load without the final Check: extends merged and defaults applied.
+func (l Locations) Resolve(ref string) (*Profile, error) {
+	leaf, err := l.find(ref)
+	if err != nil {
+		return nil, err
+	}
+	return l.resolve(ref, leaf)
+}
+
+// ResolveFile parses and resolves one profile file (as `validate` does).
+func (l Locations) ResolveFile(path string) (*Profile, error) {
+	leaf, err := l.readFile(path, path)
+	if err != nil {
+		return nil, err
+	}
+	return l.resolve(path, leaf)
+}
+
+// Source reports which file ref would load, without parsing it: a path, or
+// builtin:NAME.
+func (l Locations) Source(ref string) (string, error) {
+	switch {
+	case ref == "":
+		repo := filepath.Join(l.Workspace, RepoProfile)
+		if _, err := os.Stat(repo); err == nil {
+			return repo, nil
+		}
+		return "builtin:" + DefaultBuiltin, nil
+	case IsPath(ref):
+		return ref, nil
+	}
+	if path, ok := l.userProfile(ref); ok {
+		return path, nil
+	}
+	if _, err := fs.Stat(profiles.FS, ref+".yaml"); err == nil {
+		return "builtin:" + ref, nil
+	}
+	return "", l.notFound(ref)
+}
+
+func (l Locations) find(ref string) (*Document, error) {
+	src, err := l.Source(ref)
+	if err != nil {
+		return nil, err
+	}
+	if name, ok := strings.CutPrefix(src, "builtin:"); ok {
+		return readBuiltin(name)
+	}
+	display := src
+	if ref == "" {
+		display = RepoProfile
+	}
+	return l.readFile(src, display)
+}
+
+func (l Locations) userProfile(name string) (string, bool) {
+	if l.ConfigDir == "" {
+		return "", false
+	}
+	for _, ext := range []string{".yaml", ".yml"} {
+		path := filepath.Join(l.ConfigDir, name+ext)
+		if _, err := os.Stat(path); err == nil {
+			return path, true
+		}
+	}
+	return "", false
+}
+
+func (l Locations) notFound(name string) error {
+	where := "built-ins: " + strings.Join(profiles.Names(), ", ")
+	if l.ConfigDir != "" {
+		where = filepath.Join(l.ConfigDir, name+".yaml") + ", " + where
+	}
+	return fmt.Errorf("profile %q: %w (looked in %s)", name, ErrNotFound, where)
+}
+
+func readBuiltin(name string) (*Document, error) {
+	data, err := fs.ReadFile(profiles.FS, name+".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("reading built-in profile %q: %w", name, err)
+	}
+	return Parse("builtin:"+name, "", bytes.NewReader(data))
+}
+
+func (l Locations) readFile(path, display string) (*Document, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading profile %s: %w", display, err)
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("profile file %s: %w", display, ErrNotFound)
+		}
+		return nil, fmt.Errorf("reading profile: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("profile %s is a directory, not a YAML file", display)
+	}
+	d, err := Parse(display, filepath.Dir(abs), f)
+	if err != nil {
+		return nil, err
+	}
+	d.Path = abs
+	return d, nil
+}
+
+// key identifies a document for cycle detection.
+func key(d *Document) string {
+	if d.Path == "" {
+		return d.File
+	}
+	return d.Path
+}
+
+// parent finds the document that d extends, or nil when it extends nothing.
+func (l Locations) parent(d *Document) (*Document, error) {
+	ref, node := d.Extends()
+	if ref == "" {
+		return nil, nil
+	}
+	at := posOf(d.File, node)
+	if IsPath(ref) {
+		if d.Dir == "" {
+			return nil, List{{Pos: at, Field: "extends", Msg: fmt.Sprintf("a built-in profile cannot extend a path (%q)", ref)}}
+		}
+		path := ref
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(d.Dir, ref)
+		}
+		p, err := l.readFile(path, relDisplay(path))
+		if errors.Is(err, ErrNotFound) {
+			return nil, List{{Pos: at, Field: "extends", Msg: fmt.Sprintf("%q does not exist (looked for %s)", ref, path), Hint: "extends takes a built-in name, a user profile name, or a path relative to this file"}}
+		}
+		return p, err
+	}
+	// A user profile that extends its own name means the built-in of that name.
+	if path, ok := l.userProfile(ref); ok && !sameFile(path, d.Path) {
+		return l.readFile(path, path)
+	}
+	if _, err := fs.Stat(profiles.FS, ref+".yaml"); err == nil {
+		return readBuiltin(ref)
+	}
+	return nil, List{{Pos: at, Field: "extends", Msg: l.notFound(ref).Error(), Hint: "run `propio-sandbox profiles` to list the profiles there are"}}
+}
+
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// relDisplay shows a path relative to the current directory when that is shorter.
+func relDisplay(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return path
+}
+
+func (l Locations) resolve(ref string, leaf *Document) (*Profile, error) {
+	chain := []*Document{leaf}
+	seen := map[string]bool{key(leaf): true}
+	for d := leaf; ; {
+		parent, err := l.parent(d)
+		if err != nil {
+			return nil, err
+		}
+		if parent == nil {
+			break
+		}
+		_, node := d.Extends()
+		if seen[key(parent)] || len(chain) >= maxDepth {
+			names := make([]string, 0, len(chain)+1)
+			for _, c := range chain {
+				names = append(names, c.File)
+			}
+			names = append(names, parent.File)
+			msg := "extends cycle: " + strings.Join(names, " -> ")
+			if !seen[key(parent)] {
+				msg = fmt.Sprintf("extends chain is deeper than %d: %s", maxDepth, strings.Join(names, " -> "))
+			}
+			return nil, List{{Pos: posOf(d.File, node), Field: "extends", Msg: msg}}
+		}
+		seen[key(parent)] = true
+		chain = append(chain, parent)
+		d = parent
+	}
+
+	origin := map[*yaml.Node]*Document{}
+	for _, d := range chain {
+		recordOrigin(d.Root, d, origin)
+	}
+	root := chain[len(chain)-1].Root
+	for i := len(chain) - 2; i >= 0; i-- {
+		root = merge(root, chain[i].Root, origin, chain[i])
+	}
+	root = without(root, "extends", origin)
+
+	p := &Profile{}
+	if err := root.Decode(p); err != nil {
+		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}
+	}
+	p.src = &resolved{root: root, origin: origin, leaf: leaf}
+	p.Meta = Meta{Name: ref, File: leaf.File}
+	for _, d := range chain {
+		s := Source{File: d.File, Path: d.Path, SHA256: d.SHA256}
+		p.Meta.Chain = append(p.Meta.Chain, s)
+	}
+	if p.Build != nil {
+		p.Build.Dir = p.src.dirOf("build", "context")
+	}
+	for i := range p.Mounts {
+		p.Mounts[i].Dir = p.src.dirOf("mounts", fmt.Sprint(i))
+	}
+	p.applyDefaults()
+	return p, nil
+}
+
+// without returns a copy of mapping m lacking key.
+func without(m *yaml.Node, key string, origin map[*yaml.Node]*Document) *yaml.Node {
+	if lookup(m, key) == nil {
+		return m
+	}
+	out := *m
+	out.Content = nil
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != key {
+			out.Content = append(out.Content, m.Content[i], m.Content[i+1])
+		}
+	}
+	origin[&out] = origin[m]
+	return &out
+}
+
+// Entry describes one available profile.
+type Entry struct {
+	Name        string
+	Source      string // a path, or "built-in"
+	Description string
+	Shadowed    bool // a built-in hidden by a user profile of the same name
+}
+
+// List returns the user profiles and the built-ins, sorted by name. A user
+// profile that fails to parse is listed with its error as description.
+func (l Locations) List() []Entry {
+	var out []Entry
+	users := map[string]bool{}
+	if l.ConfigDir != "" {
+		matches, _ := filepath.Glob(filepath.Join(l.ConfigDir, "*.y*ml"))
+		for _, path := range matches {
+			name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".yaml"), ".yml")
+			if users[name] {
+				continue
+			}
+			users[name] = true
+			e := Entry{Name: name, Source: path}
+			if doc, err := l.readFile(path, path); err != nil {
+				e.Description = "(invalid: run `propio-sandbox validate " + path + "`)"
+			} else {
+				e.Description = description(doc)
+			}
+			out = append(out, e)
+		}
+	}
+	for _, name := range profiles.Names() {
+		doc, err := readBuiltin(name)
+		e := Entry{Name: name, Source: "built-in", Shadowed: users[name]}
+		if err == nil {
+			e.Description = description(doc)
+		}
+		out = append(out, e)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return !out[i].Shadowed && out[j].Shadowed
+	})
+	return slices.Clip(out)
+}
+
+func description(d *Document) string {
+	if v := lookup(d.Root, "description"); v != nil {
+		return v.Value
+	}
+	return ""
+}

@@ -1,0 +1,237 @@
+// Package profile finds, parses, checks and resolves propio-sandbox profiles.
+//
+// The pipeline is Load (finds files: the only I/O) -> Parse (one file,
+// schema-checked, positions kept) -> extends merge -> decode -> defaults ->
+// Check (the rules a schema cannot say). Every error carries the file, line
+// and column of the field it is about. This package never talks to a
+// container engine and never reads environment variable values.
+package profile
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Profile is a resolved profile: extends merged, defaults applied.
+type Profile struct {
+	Version     int       `yaml:"version,omitempty"`
+	Description string    `yaml:"description,omitempty"`
+	Image       string    `yaml:"image,omitempty"`
+	Build       *Build    `yaml:"build,omitempty"`
+	Command     []string  `yaml:"command,omitempty"`
+	User        string    `yaml:"user,omitempty"`
+	Workspace   Workspace `yaml:"workspace"`
+	Mounts      []Mount   `yaml:"mounts,omitempty"`
+	Env         Env       `yaml:"env,omitempty"`
+	Network     Network   `yaml:"network"`
+	Resources   Resources `yaml:"resources"`
+	Security    Security  `yaml:"security"`
+	Ports       []string  `yaml:"ports,omitempty"`
+	Meta        Meta      `yaml:"-"`
+	src         *resolved
+}
+
+// Meta says where a resolved profile came from.
+type Meta struct {
+	Name  string   // the name or path it was asked for by
+	File  string   // the leaf file, or builtin:NAME
+	Chain []Source // the leaf first, then each profile it extends
+}
+
+// Source is one file of an extends chain.
+type Source struct {
+	File   string // path, or builtin:NAME
+	Path   string // absolute path on disk; empty for built-ins
+	SHA256 string
+}
+
+// Builtin reports whether the leaf of the chain is a built-in profile.
+func (m Meta) Builtin() bool { return len(m.Chain) > 0 && m.Chain[0].Path == "" }
+
+type Build struct {
+	Context    string            `yaml:"context,omitempty"`
+	Dockerfile string            `yaml:"dockerfile,omitempty"`
+	Target     string            `yaml:"target,omitempty"`
+	Args       map[string]string `yaml:"args,omitempty"`
+	// Dir is the directory of the file that set context; relative paths start there.
+	Dir string `yaml:"-"`
+}
+
+type Workspace struct {
+	Target   string   `yaml:"target,omitempty"`
+	Mode     string   `yaml:"mode,omitempty"`
+	ReadOnly []string `yaml:"readonly,omitempty"`
+	Hide     []string `yaml:"hide,omitempty"`
+}
+
+type Mount struct {
+	Source   string `yaml:"source"`
+	Target   string `yaml:"target"`
+	Mode     string `yaml:"mode,omitempty"`
+	Optional bool   `yaml:"optional,omitempty"`
+	// Dir is the directory of the file that declared the mount; a relative source starts there.
+	Dir string `yaml:"-"`
+}
+
+type Env struct {
+	Pass     []string          `yaml:"pass,omitempty"`
+	Set      map[string]string `yaml:"set,omitempty"`
+	Required []string          `yaml:"required,omitempty"`
+}
+
+type Network struct {
+	Mode        string `yaml:"mode,omitempty"`
+	HostGateway *bool  `yaml:"host_gateway,omitempty"`
+}
+
+type Resources struct {
+	CPUs    float64 `yaml:"cpus,omitempty"`
+	Memory  string  `yaml:"memory,omitempty"`
+	Pids    int64   `yaml:"pids,omitempty"`
+	Tmp     string  `yaml:"tmp,omitempty"`
+	Timeout string  `yaml:"timeout,omitempty"`
+}
+
+type Security struct {
+	ReadOnlyRootfs  *bool    `yaml:"read_only_rootfs,omitempty"`
+	Runtime         string   `yaml:"runtime,omitempty"`
+	CapAdd          []string `yaml:"cap_add,omitempty"`
+	CapDrop         []string `yaml:"cap_drop,omitempty"`
+	NoNewPrivileges *bool    `yaml:"no_new_privileges,omitempty"`
+	Init            *bool    `yaml:"init,omitempty"`
+}
+
+// resolved keeps the merged node tree and which file each node came from, so
+// that checks after the merge still point at the right file, line and column.
+type resolved struct {
+	root   *yaml.Node
+	origin map[*yaml.Node]*Document
+	leaf   *Document
+}
+
+// Pos returns the position of the field at path (keys and indexes), or of its
+// closest existing parent. With no path it is the start of the leaf file.
+func (p *Profile) Pos(path ...string) Pos {
+	if p.src == nil {
+		return Pos{File: p.Meta.File, Line: 1, Col: 1}
+	}
+	n := find(p.src.root, path, false)
+	if n == p.src.root && len(path) > 0 {
+		// Not set anywhere: point at the start of the leaf file.
+		return Pos{File: p.src.leaf.File, Line: 1, Col: 1}
+	}
+	return p.src.posOf(n)
+}
+
+func (r *resolved) posOf(n *yaml.Node) Pos {
+	d := r.origin[n]
+	if d == nil {
+		d = r.leaf
+	}
+	return posOf(d.File, n)
+}
+
+// dirOf returns the directory of the file that set the field at path.
+func (r *resolved) dirOf(path ...string) string {
+	n := find(r.root, path, false)
+	if d := r.origin[n]; d != nil {
+		return d.Dir
+	}
+	return r.leaf.Dir
+}
+
+// errorAt builds an Error about the field at path.
+func (p *Profile) errorAt(msg, hint string, path ...string) *Error {
+	return &Error{Pos: p.Pos(path...), Field: fieldPath(path), Msg: msg, Hint: hint}
+}
+
+// YAML renders the resolved profile, with defaults, as YAML.
+func (p *Profile) YAML() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(p); err != nil {
+		return nil, fmt.Errorf("encoding profile: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encoding profile: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// merge returns child laid over parent: maps merge, scalars override, lists
+// append without duplicates. The result shares leaf nodes with its inputs, so
+// positions survive; new mapping and sequence nodes are recorded as the
+// child's.
+func merge(parent, child *yaml.Node, origin map[*yaml.Node]*Document, childDoc *Document) *yaml.Node {
+	if parent == nil {
+		return child
+	}
+	if child == nil {
+		return parent
+	}
+	switch {
+	case parent.Kind == yaml.MappingNode && child.Kind == yaml.MappingNode:
+		out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: child.Line, Column: child.Column}
+		origin[out] = childDoc
+		for i := 0; i+1 < len(parent.Content); i += 2 {
+			k := parent.Content[i]
+			v := parent.Content[i+1]
+			if cv := lookup(child, k.Value); cv != nil {
+				v = merge(v, cv, origin, childDoc)
+				k = lookupKey(child, k.Value)
+			}
+			out.Content = append(out.Content, k, v)
+		}
+		for i := 0; i+1 < len(child.Content); i += 2 {
+			if lookup(parent, child.Content[i].Value) == nil {
+				out.Content = append(out.Content, child.Content[i], child.Content[i+1])
+			}
+		}
+		return out
+	case parent.Kind == yaml.SequenceNode && child.Kind == yaml.SequenceNode:
+		out := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: child.Line, Column: child.Column}
+		origin[out] = childDoc
+		var seen [][]byte
+		add := func(n *yaml.Node) {
+			key := canonical(n)
+			if slices.ContainsFunc(seen, func(b []byte) bool { return bytes.Equal(b, key) }) {
+				return
+			}
+			seen = append(seen, key)
+			out.Content = append(out.Content, n)
+		}
+		for _, n := range parent.Content {
+			add(n)
+		}
+		for _, n := range child.Content {
+			add(n)
+		}
+		return out
+	}
+	return child
+}
+
+// canonical is a comparable form of a node's value, for list de-duplication.
+func canonical(n *yaml.Node) []byte {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return []byte(n.Value)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return []byte(n.Value)
+	}
+	return b
+}
+
+// recordOrigin marks every node of a document's tree as coming from it.
+func recordOrigin(n *yaml.Node, d *Document, origin map[*yaml.Node]*Document) {
+	origin[n] = d
+	for _, c := range n.Content {
+		recordOrigin(c, d, origin)
+	}
+}

@@ -1,0 +1,108 @@
+package profile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
+)
+
+// ErrUntrusted is returned (wrapped) when a repository profile is new or has
+// changed since the user last trusted it.
+var ErrUntrusted = errors.New("profile is not trusted")
+
+// TrustStore records which repository profiles the user has trusted, by the
+// hash of every file of their extends chain. A checked-in profile lives in a
+// workspace the agent can write, so it must not be able to widen its own
+// sandbox: any change to it needs the user's trust again.
+type TrustStore struct {
+	// Dir is $XDG_STATE_HOME/propio-sandbox.
+	Dir string
+}
+
+func (s TrustStore) file() string { return filepath.Join(s.Dir, "trusted.json") }
+
+// NeedsTrust reports whether a resolved profile must be trusted before it
+// runs: its leaf is a file inside the workspace.
+func NeedsTrust(p *Profile, workspace string) bool {
+	if p.Meta.Builtin() || len(p.Meta.Chain) == 0 {
+		return false
+	}
+	for _, s := range p.Meta.Chain {
+		if s.Path != "" && within(workspace, s.Path) {
+			return true
+		}
+	}
+	return false
+}
+
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// digest is the hash of the whole chain: every file and its content.
+func digest(p *Profile) string {
+	h := sha256.New()
+	for _, s := range p.Meta.Chain {
+		fmt.Fprintf(h, "%s\x00%s\x00", s.File, s.SHA256)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (s TrustStore) read() (map[string]string, error) {
+	data, err := os.ReadFile(s.file())
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading trust store: %w", err)
+	}
+	m := map[string]string{}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("reading trust store %s: %w", s.file(), err)
+	}
+	return m, nil
+}
+
+// Verify returns nil when the profile is trusted as it is now, and an error
+// wrapping ErrUntrusted when it is new or changed.
+func (s TrustStore) Verify(p *Profile) error {
+	m, err := s.read()
+	if err != nil {
+		return err
+	}
+	leaf := p.Meta.Chain[0].Path
+	switch got, ok := m[leaf]; {
+	case !ok:
+		return fmt.Errorf("%s is new: %w", p.Meta.File, ErrUntrusted)
+	case got != digest(p):
+		return fmt.Errorf("%s changed since it was trusted: %w", p.Meta.File, ErrUntrusted)
+	}
+	return nil
+}
+
+// Trust records the profile as trusted as it is now. The store is replaced
+// atomically: a failure leaves the previous one intact.
+func (s TrustStore) Trust(p *Profile) error {
+	m, err := s.read()
+	if err != nil {
+		return err
+	}
+	m[p.Meta.Chain[0].Path] = digest(p)
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("recording trust: %w", err)
+	}
+	return fsutil.WriteFileAtomic(s.file(), append(data, '\n'), 0o600)
+}

@@ -1,0 +1,214 @@
+// Package schema holds the JSON Schema of propio-sandbox profiles and checks
+// decoded documents against it.
+//
+// The schema is the contract for users and editors; it says what a single
+// profile file may contain. Checks that need more than one file (extends) or
+// the host (resource bounds) live in the profile package. This package
+// performs no I/O beyond reading its embedded files.
+package schema
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// ProfileJSON is the JSON Schema of a profile file, as published.
+//
+//go:embed profile.schema.json
+var ProfileJSON []byte
+
+// ProfileURL is the schema's $id, used in the modeline of generated profiles.
+const ProfileURL = "https://propio-sandbox.dev/schema/profile-v1.json"
+
+// Violation is one way a document breaks the schema.
+type Violation struct {
+	// Path is the location of the offending value: object keys and array
+	// indexes as strings. For an unknown key it names the key itself.
+	Path []string
+	// Key is true when the violation is about a mapping key rather than its value.
+	Key bool
+	// Message says what is wrong, in lower case.
+	Message string
+}
+
+var (
+	compileOnce sync.Once
+	compiled    = map[string]*jsonschema.Schema{}
+	compileErr  error
+)
+
+func compile() error {
+	compileOnce.Do(func() {
+		c := jsonschema.NewCompiler()
+		for url, doc := range map[string][]byte{ProfileURL: ProfileJSON} {
+			v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+			if err != nil {
+				compileErr = fmt.Errorf("decoding embedded schema %s: %w", url, err)
+				return
+			}
+			if err := c.AddResource(url, v); err != nil {
+				compileErr = fmt.Errorf("adding embedded schema %s: %w", url, err)
+				return
+			}
+			s, err := c.Compile(url)
+			if err != nil {
+				compileErr = fmt.Errorf("compiling embedded schema %s: %w", url, err)
+				return
+			}
+			compiled[url] = s
+		}
+	})
+	return compileErr
+}
+
+// ValidateProfile checks a decoded profile document (maps, slices, strings,
+// numbers as produced by a YAML or JSON decoder) against the profile schema.
+// It returns every violation, sorted by path; none means the document is valid.
+func ValidateProfile(doc any) ([]Violation, error) {
+	return validate(ProfileURL, doc)
+}
+
+func validate(url string, doc any) ([]Violation, error) {
+	if err := compile(); err != nil {
+		return nil, err
+	}
+	err := compiled[url].Validate(doc)
+	if err == nil {
+		return nil, nil
+	}
+	verr, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		return nil, fmt.Errorf("validating against %s: %w", url, err)
+	}
+	var out []Violation
+	collect(verr, &out)
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Join(out[i].Path, "\x00") < strings.Join(out[j].Path, "\x00")
+	})
+	return slices.CompactFunc(out, func(a, b Violation) bool {
+		return slices.Equal(a.Path, b.Path) && a.Message == b.Message && a.Key == b.Key
+	}), nil
+}
+
+var printer = message.NewPrinter(language.English)
+
+// collect flattens the error tree into its leaves, rewording the common kinds
+// so that messages read as instructions to the profile's author.
+func collect(e *jsonschema.ValidationError, out *[]Violation) {
+	if k, ok := e.ErrorKind.(*kind.PropertyNames); ok {
+		*out = append(*out, Violation{
+			Path:    append(slices.Clone(e.InstanceLocation), k.Property),
+			Key:     true,
+			Message: fmt.Sprintf("%q is not a valid name (%s)", k.Property, patternHint(e.InstanceLocation)),
+		})
+		return
+	}
+	if len(e.Causes) > 0 {
+		for _, c := range e.Causes {
+			collect(c, out)
+		}
+		return
+	}
+	path := slices.Clone(e.InstanceLocation)
+	switch k := e.ErrorKind.(type) {
+	case *kind.AdditionalProperties:
+		for _, p := range k.Properties {
+			*out = append(*out, Violation{
+				Path:    append(slices.Clone(path), p),
+				Key:     true,
+				Message: "unknown field",
+			})
+		}
+		return
+	case *kind.Required:
+		for _, m := range k.Missing {
+			*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("missing required field %q", m)})
+		}
+		return
+	case *kind.Type:
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("got %s, want %s", k.Got, strings.Join(k.Want, " or "))})
+		return
+	case *kind.Enum:
+		want := make([]string, len(k.Want))
+		for i, w := range k.Want {
+			want[i] = fmt.Sprint(w)
+		}
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("%v is not one of: %s", k.Got, strings.Join(want, ", "))})
+		return
+	case *kind.Const:
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("must be %v", k.Want)})
+		return
+	case *kind.Pattern:
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("%q is not valid here (%s)", k.Got, patternHint(path))})
+		return
+	case *kind.MinLength:
+		*out = append(*out, Violation{Path: path, Message: "must not be empty"})
+		return
+	}
+	*out = append(*out, Violation{Path: path, Message: e.ErrorKind.LocalizedString(printer)})
+}
+
+// patternHint says, for a field checked by a pattern, what is expected there.
+func patternHint(path []string) string {
+	field := ""
+	for i := len(path) - 1; i >= 0; i-- {
+		if !isIndex(path[i]) {
+			field = path[i]
+			break
+		}
+	}
+	parent := ""
+	if len(path) >= 2 {
+		parent = path[len(path)-2]
+		if isIndex(path[len(path)-1]) && len(path) >= 3 {
+			parent = path[len(path)-3]
+		}
+	}
+	switch {
+	case field == "user":
+		return `want host, root or "UID:GID"`
+	case field == "target":
+		return "want an absolute path"
+	case field == "image":
+		return "want an image reference without spaces"
+	case field == "memory" || field == "tmp":
+		return "want a size such as 512m or 2g"
+	case field == "timeout":
+		return "want a duration such as 90s, 30m or 2h"
+	case field == "runtime":
+		return "want a runtime name such as runc or runsc"
+	case field == "cap_add" || field == "cap_drop":
+		return "want a capability name such as NET_BIND_SERVICE or ALL"
+	case field == "ports":
+		return `want "PORT", "HOST:PORT" or "IP:HOST:PORT", optionally with /tcp or /udp`
+	case field == "readonly" || field == "hide":
+		return "want a path relative to the workspace"
+	case field == "pass":
+		return "want a variable name or a glob such as AWS_*"
+	case field == "required" || parent == "set" || field == "set":
+		return "want a variable name: letters, digits and _"
+	}
+	return "does not match the expected form"
+}
+
+func isIndex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
