@@ -363,3 +363,24 @@ func escapeDollars(n *yaml.Node) {
 		escapeDollars(c)
 	}
 }
+
+// ProjectName is the Compose project name for a sandbox of workspace: propio-
+// and the directory's name, lower-cased to what Compose accepts, then the
+// suffix that makes a run unique (empty for render).
+func ProjectName(workspace, suffix string) string {
+	var b strings.Builder
+	b.WriteString("propio-")
+	for _, r := range strings.ToLower(filepath.Base(workspace)) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	name := strings.TrimRight(b.String(), "-_")
+	if suffix != "" {
+		name += "-" + suffix
+	}
+	return name
+}

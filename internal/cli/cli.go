@@ -1,0 +1,178 @@
+// Package cli is propio-sandbox's command line: flags, subcommands, output,
+// exit codes and hints. It is the only package that prints or chooses an
+// exit code; everything below it returns errors.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+const name = "propio-sandbox"
+
+// Main runs the command line with args and returns the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot(&app{stdin: stdin, stdout: stdout, stderr: stderr})
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	return report(stderr, err)
+}
+
+// app is what every subcommand shares.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	profile        string // -p
+}
+
+func newRoot(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   name,
+		Short: "Run a coding agent, or any command, in a container sandbox described by a YAML profile",
+		Long: name + ` runs a command inside a container that sees only the directory it was
+started in (mounted at /workspace) and what its profile grants: mounts, network,
+environment variables, resources.
+
+Profiles: -p NAME looks in $XDG_CONFIG_HOME/propio-sandbox/profiles/NAME.yaml, then the
+built-ins; -p PATH reads a file. Without -p, ./.propio/sandbox.yaml is used when
+present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+	}
+	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newRender(a),
+		newValidate(a),
+		newProfiles(a),
+		newSchema(a),
+		newInit(a),
+		newTrust(a),
+		newVersion(a),
+	)
+	return root
+}
+
+// usageError marks a mistake in how the command was called (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// hinted carries remediation, printed as hint: lines after the error.
+type hinted struct {
+	err   error
+	hints []string
+}
+
+func (e hinted) Error() string { return e.err.Error() }
+func (e hinted) Unwrap() error { return e.err }
+
+func withHint(err error, hints ...string) error { return hinted{err, hints} }
+
+// report prints err as `propio-sandbox: error: ...` lines with hints, and
+// returns the exit code it calls for.
+func report(w io.Writer, err error) int {
+	code := ExitFailure
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsage(err) {
+		code = ExitUsage
+	}
+	var hints []string
+	var list profile.List
+	if errors.As(err, &list) {
+		prefix := strings.TrimSuffix(err.Error(), list.Error())
+		prefix = strings.TrimSuffix(strings.TrimSpace(prefix), ":")
+		if prefix != "" {
+			fmt.Fprintf(w, "%s: error: %s:\n", name, prefix)
+		}
+		for _, e := range list {
+			fmt.Fprintf(w, "%s: error: %s\n", name, e.Error())
+		}
+		hints = list.Hints()
+	} else {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(w, "%s: error: %s\n", name, line)
+		}
+	}
+	var h hinted
+	if errors.As(err, &h) {
+		hints = append(hints, h.hints...)
+	}
+	if code == ExitUsage {
+		hints = append(hints, "run `"+name+" help` for usage")
+	}
+	for _, hint := range hints {
+		fmt.Fprintf(w, "%s: hint: %s\n", name, hint)
+	}
+	return code
+}
+
+// isCobraUsage recognises the argument errors cobra returns itself.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "requires at most", "flag needs an argument", "invalid argument"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// env holds the directories and facts most subcommands need.
+type env struct {
+	dirs      hostinfo.Dirs
+	workspace string
+	locs      profile.Locations
+}
+
+func loadEnv() (env, error) {
+	dirs, err := hostinfo.UserDirs()
+	if err != nil {
+		return env{}, err
+	}
+	ws, err := hostinfo.Workspace()
+	if err != nil {
+		return env{}, err
+	}
+	return env{dirs: dirs, workspace: ws, locs: profile.Locations{ConfigDir: dirs.ProfileDir(), Workspace: ws}}, nil
+}
+
+// loadProfile loads the profile a subcommand was pointed at, with every
+// problem and a hint for a missing one.
+func (e env) loadProfile(ref string) (*profile.Profile, error) {
+	p, err := e.locs.Load(ref, hostinfo.Limits())
+	if errors.Is(err, profile.ErrNotFound) {
+		return nil, withHint(err, "run `"+name+" profiles` to list the profiles there are")
+	}
+	if err != nil {
+		what := ref
+		if what == "" {
+			what = "the default profile"
+		} else {
+			what = fmt.Sprintf("profile %q", ref)
+		}
+		return nil, fmt.Errorf("loading %s: %w", what, err)
+	}
+	return p, nil
+}

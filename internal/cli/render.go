@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/fsutil"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/spf13/cobra"
+)
+
+func newRender(a *app) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "render [-p PROFILE] [-o FILE] [-- CMD...]",
+		Short: "Print the compose YAML of exactly the project that run would start",
+		Long: `Print the compose YAML of exactly the project that run would start, for the
+current directory. Environment variables passed through are named, never valued.
+The output is deterministic and loads with any Compose implementation.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			command, err := commandAfterDash(cmd, args)
+			if err != nil {
+				return err
+			}
+			e, err := loadEnv()
+			if err != nil {
+				return err
+			}
+			p, err := e.loadProfile(a.profile)
+			if err != nil {
+				return err
+			}
+			project, err := e.project(p, command, generator.ProjectName(e.workspace, ""))
+			if err != nil {
+				return err
+			}
+			out, err := generator.Render(project)
+			if err != nil {
+				return err
+			}
+			if missing := missingRequired(p); len(missing) > 0 {
+				fmt.Fprintf(a.stderr, "%s: warning: required environment variables are not set: %s; run will refuse to start\n", name, strings.Join(missing, ", "))
+			}
+			if output == "" || output == "-" {
+				_, err := a.stdout.Write(out)
+				return err
+			}
+			return fsutil.WriteFileAtomic(output, out, 0o644)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write to `FILE` instead of standard output (never half-written)")
+	return cmd
+}
+
+// commandAfterDash returns the arguments after --, and refuses any before it.
+func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case len(args) == 0:
+		return nil, nil
+	case dash != 0:
+		return nil, usageError{fmt.Errorf("unexpected argument %q: put the command after --, as in `%s -- CMD...`", args[0], cmd.CommandPath())}
+	}
+	return args, nil
+}
+
+// project gathers the host facts p needs and generates its Compose project.
+func (e env) project(p *profile.Profile, command []string, projectName string) (*types.Project, error) {
+	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
+	if err != nil {
+		return nil, err
+	}
+	project, err := generator.Generate(p, host, generator.Options{Project: projectName, Command: command})
+	var list profile.List
+	if errors.As(err, &list) {
+		return nil, fmt.Errorf("profile %s: %w", p.Meta.File, err)
+	}
+	return project, err
+}
+
+// missingRequired lists the required variables the launcher's environment lacks.
+func missingRequired(p *profile.Profile) []string {
+	var missing []string
+	for _, name := range p.Env.Required {
+		if _, ok := os.LookupEnv(name); !ok {
+			missing = append(missing, name)
+		}
+	}
+	return missing
+}
