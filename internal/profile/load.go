@@ -254,7 +254,7 @@ func (l Locations) resolve(ref string, leaf *Document) (*Profile, error) {
 	}
 	root := chain[len(chain)-1].Root
 	for i := len(chain) - 2; i >= 0; i-- {
-		root = merge(root, chain[i].Root, origin, chain[i])
+		root = merge("", root, chain[i].Root, origin, chain[i])
 	}
 	root = without(root, "extends", origin)
 

@@ -162,12 +162,16 @@ func (p *Profile) YAML() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// replaced are the lists that a child replaces whole instead of appending to:
+// an argument list is one value, and its repeated words are meaningful.
+var replaced = map[string]bool{"command": true}
+
 // merge returns child laid over parent: maps merge, scalars override, lists
-// append without duplicates. The result shares leaf nodes with its inputs, so
-// positions survive; new mapping and sequence nodes are recorded as the
-// child's.
-func merge(parent, child *yaml.Node, origin map[*yaml.Node]*Document, childDoc *Document) *yaml.Node {
-	if parent == nil {
+// append without duplicates (except the replaced ones). The result shares leaf
+// nodes with its inputs, so positions survive; new mapping and sequence nodes
+// are recorded as the child's. path is the dotted field path of the nodes.
+func merge(path string, parent, child *yaml.Node, origin map[*yaml.Node]*Document, childDoc *Document) *yaml.Node {
+	if parent == nil || replaced[path] {
 		return child
 	}
 	if child == nil {
@@ -181,7 +185,11 @@ func merge(parent, child *yaml.Node, origin map[*yaml.Node]*Document, childDoc *
 			k := parent.Content[i]
 			v := parent.Content[i+1]
 			if cv := lookup(child, k.Value); cv != nil {
-				v = merge(v, cv, origin, childDoc)
+				sub := k.Value
+				if path != "" {
+					sub = path + "." + k.Value
+				}
+				v = merge(sub, v, cv, origin, childDoc)
 				k = lookupKey(child, k.Value)
 			}
 			out.Content = append(out.Content, k, v)
