@@ -176,6 +176,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 			if port.HostIP == "" {
 				port.HostIP = "127.0.0.1"
 			}
+			if port.Published == "" { // "3000" means localhost:3000, not a random port
+				port.Published = strconv.FormatUint(uint64(port.Target), 10)
+			}
 			svc.Ports = append(svc.Ports, port)
 		}
 	}

@@ -1,0 +1,309 @@
+package generator_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/profiles"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// repoRoot is the module root; it is replaced by /REPO in goldens so that
+// they hold no machine-specific path.
+var repoRoot, _ = filepath.Abs("..")
+
+var limits = profile.Limits{CPUs: 4, Memory: 8 << 30}
+
+const project = "propio-project"
+
+// fixtureHost is a fixed machine: goldens must not depend on the one running
+// the tests.
+func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
+	t.Helper()
+	h := generator.Host{
+		Workspace:  "/home/dev/project",
+		Home:       "/home/dev",
+		PropioHome: "/opt/propio-sandbox",
+		UID:        1000,
+		GID:        1000,
+		EnvNames:   []string{"ANTHROPIC_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HOME", "OPENROUTER_API_KEY", "PATH", "PIP_INDEX_URL", "TERM"},
+		EmptyFile:  "/home/dev/.local/state/propio-sandbox/empty",
+		Exists:     map[string]bool{},
+	}
+	// The workspace's readonly and hide matches come from a real tree, matched
+	// by the code that matches real workspaces.
+	matches, err := hostinfo.Match(fixtureWorkspace(t), p.Workspace.ReadOnly, p.Workspace.Hide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Matches = matches
+	for _, m := range p.Mounts {
+		if src := generator.MountSource(m, h); !strings.Contains(src, "missing") {
+			h.Exists[src] = true
+		}
+	}
+	return h
+}
+
+// fixtureWorkspace makes a workspace with the files the built-in patterns
+// and the test profiles care about.
+func fixtureWorkspace(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{
+		".env", ".env.local", ".git/config", ".git/hooks/pre-commit", ".propio/sandbox.yaml",
+		"certs/server.pem", "src/main.go", "src/.env", "secrets/token", ".venv/bin/python",
+	} {
+		path := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+type goldenCase struct {
+	name string
+	load func() (*profile.Profile, error)
+	dir  string // testdata directory holding compose.golden.yaml
+}
+
+// cases are every built-in profile, every example, and the hand-made cases
+// in testdata/<case>/profile.yaml.
+func cases(t *testing.T) []goldenCase {
+	t.Helper()
+	locs := profile.Locations{}
+	var out []goldenCase
+	for _, name := range profiles.Names() {
+		out = append(out, goldenCase{
+			name: "builtin-" + name,
+			load: func() (*profile.Profile, error) { return locs.Load(name, limits) },
+		})
+	}
+	err := filepath.WalkDir("../examples", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+			return err
+		}
+		slug := strings.NewReplacer("../examples/", "", "/", "-", ".yaml", "").Replace(path)
+		out = append(out, goldenCase{
+			name: "example-" + strings.ReplaceAll(slug, ".propio-", ""),
+			load: func() (*profile.Profile, error) { return locs.Load(path, limits) },
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom, _ := filepath.Glob("testdata/*/profile.yaml")
+	for _, path := range custom {
+		out = append(out, goldenCase{
+			name: filepath.Base(filepath.Dir(path)),
+			load: func() (*profile.Profile, error) { return locs.Load(path, limits) },
+		})
+	}
+	for i := range out {
+		out[i].dir = filepath.Join("testdata", out[i].name)
+	}
+	return out
+}
+
+func render(t *testing.T, c goldenCase) (*types.Project, []byte) {
+	t.Helper()
+	p, err := c.load()
+	if err != nil {
+		t.Fatalf("loading: %v", err)
+	}
+	proj, err := generator.Generate(p, fixtureHost(t, p), generator.Options{Project: project})
+	if err != nil {
+		t.Fatalf("generating: %v", err)
+	}
+	out, err := generator.Render(proj)
+	if err != nil {
+		t.Fatalf("rendering: %v", err)
+	}
+	return proj, out
+}
+
+func TestGolden(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			_, out := render(t, c)
+			out = bytes.ReplaceAll(out, []byte(repoRoot), []byte("/REPO"))
+			golden := filepath.Join(c.dir, "compose.golden.yaml")
+			if *update {
+				if err := os.MkdirAll(c.dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./generator -update to create it)", err)
+			}
+			if !bytes.Equal(out, want) {
+				t.Errorf("render differs from %s (go test ./generator -update rewrites it):\n%s", golden, diff(string(want), string(out)))
+			}
+		})
+	}
+}
+
+// TestRoundTrip loads the rendered YAML with compose-go's own loader, with
+// interpolation on, and checks that it is the same project: rendering the
+// loaded project gives the same bytes.
+func TestRoundTrip(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			proj, out := render(t, c)
+			loaded, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+				WorkingDir:  proj.WorkingDir,
+				ConfigFiles: []types.ConfigFile{{Filename: "compose.yaml", Content: out}},
+				Environment: types.Mapping{},
+			}, func(o *loader.Options) {
+				o.SetProjectName(project, true)
+				o.SkipConsistencyCheck = false
+			})
+			if err != nil {
+				t.Fatalf("compose-go cannot load the rendered project: %v\n%s", err, out)
+			}
+			again, err := generator.Render(loaded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(again, out) {
+				t.Errorf("loading the render back changed it:\n%s", diff(string(out), string(again)))
+			}
+		})
+	}
+}
+
+func TestRenderIsDeterministic(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			_, first := render(t, c)
+			p, err := c.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := fixtureHost(t, p)
+			// The same facts in another order give the same bytes.
+			slices.Reverse(h.EnvNames)
+			slices.Reverse(h.Matches)
+			proj, err := generator.Generate(p, h, generator.Options{Project: project})
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := generator.Render(proj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(first, second) {
+				t.Errorf("second render differs:\n%s", diff(string(first), string(second)))
+			}
+		})
+	}
+}
+
+// TestSecretsNeverRendered runs the real host path: values in the process
+// environment must not reach the project, only names.
+func TestSecretsNeverRendered(t *testing.T) {
+	const secret = "sk-or-v1-4242-do-not-print-me"
+	t.Setenv("OPENROUTER_API_KEY", secret)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret+"-aws")
+	t.Setenv("OLLAMA_HOST", secret+"-ollama") // passed host value wins over env.set, by name only
+	p, err := profile.Locations{}.Load("../examples/node-agent/.propio/sandbox.yaml", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Env.Pass = append(p.Env.Pass, "OLLAMA_HOST")
+	ws := fixtureWorkspace(t)
+	h, err := hostinfo.Gather(p, ws, hostinfo.Dirs{State: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := generator.Generate(p, h, generator.Options{Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := generator.Render(proj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte(secret)) {
+		t.Fatalf("a secret value was rendered:\n%s", out)
+	}
+	env := proj.Services[generator.Service].Environment
+	for _, name := range []string{"OPENROUTER_API_KEY", "AWS_SECRET_ACCESS_KEY", "OLLAMA_HOST"} {
+		v, ok := env[name]
+		if !ok || v != nil {
+			t.Errorf("%s: want passed by name (present, no value), got present=%v value=%v", name, ok, v)
+		}
+	}
+}
+
+func TestMissingMountSource(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	body := "image: x\nmounts:\n  - {source: /does/not/exist, target: /data}\n  - {source: /also/missing, target: /opt, optional: true}\n"
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Locations{}.Load(file, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := generator.Host{Workspace: "/w", Exists: map[string]bool{}}
+	_, err = generator.Generate(p, h, generator.Options{Project: project})
+	var list profile.List
+	if !errors.As(err, &list) || len(list) != 1 {
+		t.Fatalf("want one positioned error, got %v", err)
+	}
+	want := file + ":3:14: mounts[0].source: /does/not/exist does not exist"
+	if list[0].Error() != want {
+		t.Errorf("got  %s\nwant %s", list[0].Error(), want)
+	}
+	if list[0].Hint == "" {
+		t.Error("no hint")
+	}
+}
+
+// diff shows the first differing lines, enough to see what changed.
+func diff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	shown := 0
+	for i := 0; i < max(len(w), len(g)) && shown < 20; i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			b.WriteString("line " + strconv.Itoa(i+1) + ":\n  want: " + wl + "\n  got:  " + gl + "\n")
+			shown++
+		}
+	}
+	return b.String()
+}

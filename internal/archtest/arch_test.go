@@ -1,0 +1,87 @@
+// Package archtest keeps the pipeline's layering: loader -> pure generator ->
+// one engine package, with the CLI on top and imported by nothing but main.
+package archtest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/propio/propio-sandbox"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func list(t *testing.T) map[string]pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps=false", "-json=ImportPath,Imports,Deps", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+func TestLayering(t *testing.T) {
+	pkgs := list(t)
+	forbidden := map[string][]string{
+		// The generator is pure: no engine, no CLI, no host gathering, no processes or network.
+		module + "/generator":         {module + "/internal/cli", module + "/internal/hostinfo", "github.com/docker/compose", "github.com/moby/moby/client", "github.com/docker/docker/client"},
+		module + "/internal/profile":  {module + "/internal/cli", module + "/generator", module + "/internal/hostinfo", "github.com/docker/compose"},
+		module + "/schema":            {module + "/"},
+		module + "/profiles":          {module + "/"},
+		module + "/templates":         {module + "/"},
+		module + "/internal/hostinfo": {module + "/internal/cli", "github.com/docker/compose"},
+	}
+	for path, bad := range forbidden {
+		p, ok := pkgs[path]
+		if !ok {
+			t.Errorf("package %s is missing", path)
+			continue
+		}
+		for _, dep := range p.Deps {
+			for _, b := range bad {
+				if dep == b || strings.HasPrefix(dep, b+"/") || (strings.HasSuffix(b, "/") && strings.HasPrefix(dep, b)) {
+					t.Errorf("%s must not depend on %s (it does, through %s)", path, b, dep)
+				}
+			}
+		}
+	}
+	// The generator performs no I/O and runs nothing: it imports neither os
+	// nor anything that execs or dials. (Its dependencies may: compose-go's
+	// types link os/exec, which the generator never calls.)
+	for _, imp := range pkgs[module+"/generator"].Imports {
+		switch imp {
+		case "os", "os/exec", "net", "net/http", "syscall", module + "/internal/fsutil":
+			t.Errorf("the generator imports %s; it must stay pure", imp)
+		}
+	}
+	for _, imp := range pkgs[module+"/internal/profile"].Imports {
+		if imp == "os/exec" || imp == "net" || imp == "net/http" {
+			t.Errorf("internal/profile imports %s", imp)
+		}
+	}
+	for path, p := range pkgs {
+		if path == module+"/cmd/propio-sandbox" || path == module+"/internal/cli" {
+			continue
+		}
+		for _, dep := range p.Deps {
+			if dep == module+"/internal/cli" {
+				t.Errorf("%s imports the CLI; only cmd/propio-sandbox may", path)
+			}
+		}
+	}
+}

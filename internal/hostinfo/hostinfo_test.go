@@ -1,0 +1,121 @@
+package hostinfo
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+func tree(t *testing.T, files ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		if strings.HasSuffix(f, "/") {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("secret"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+	ws := tree(t, ".env", ".env.prod", "a/b/.env", "a/b/key.pem", "node_modules/x/.env",
+		".git/hooks/pre-commit", ".git/config", "docs/.git/config", "secrets/inner/.env", "empty/")
+	if err := os.Symlink("/etc/passwd", filepath.Join(ws, "link.pem")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Match(ws, []string{".git/hooks", ".git/config", ".env.prod"}, []string{".env", ".env.*", "*.pem", "secrets", "nothing-here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []generator.Match{
+		{Path: ".env", Hide: true},
+		{Path: ".env.prod", Hide: true}, // both lists: hide wins
+		{Path: ".git/config"},           // anchored: docs/.git/config is not matched
+		{Path: ".git/hooks", Dir: true},
+		{Path: "a/b/.env", Hide: true}, // a bare name matches at any depth
+		{Path: "a/b/key.pem", Hide: true},
+		{Path: "node_modules/x/.env", Hide: true},
+		{Path: "secrets", Dir: true, Hide: true}, // nothing below a hidden directory is listed
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Match:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestEnvNamesHoldNoValues(t *testing.T) {
+	const value = "hunter2-value-never-listed"
+	t.Setenv("PROPIO_TEST_SECRET", value)
+	names := EnvNames()
+	if !slices.Contains(names, "PROPIO_TEST_SECRET") {
+		t.Fatal("the variable's name is missing")
+	}
+	if !slices.IsSorted(names) {
+		t.Error("names are not sorted")
+	}
+	for _, n := range names {
+		if strings.Contains(n, value) || strings.Contains(n, "=") {
+			t.Fatalf("a value leaked into the names: %q", n)
+		}
+	}
+}
+
+func TestGather(t *testing.T) {
+	ws := tree(t, ".env", "data/")
+	state := filepath.Join(t.TempDir(), "state")
+	t.Setenv("PROPIO_HOME", "/opt/propio")
+	p := &profile.Profile{
+		Workspace: profile.Workspace{Hide: []string{".env"}},
+		Mounts: []profile.Mount{
+			{Source: "${WORKSPACE}/data", Target: "/data"},
+			{Source: "${PROPIO_HOME}/none", Target: "/none", Optional: true},
+		},
+	}
+	h, err := Gather(p, ws, Dirs{State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.PropioHome != "/opt/propio" || h.Workspace != ws || h.UID != os.Getuid() {
+		t.Errorf("host facts: %+v", h)
+	}
+	if !h.Exists[filepath.Join(ws, "data")] || h.Exists["/opt/propio/none"] {
+		t.Errorf("Exists = %v", h.Exists)
+	}
+	st, err := os.Stat(h.EmptyFile)
+	if err != nil || st.Size() != 0 || st.Mode().Perm()&0o222 != 0 {
+		t.Fatalf("empty file %q: %v %v", h.EmptyFile, st, err)
+	}
+	// Something wrote into the empty file: the next Gather makes it empty again.
+	os.Chmod(h.EmptyFile, 0o644)
+	os.WriteFile(h.EmptyFile, []byte("x"), 0o644)
+	if _, err := Gather(p, ws, Dirs{State: state}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(h.EmptyFile); st.Size() != 0 {
+		t.Error("empty file was not emptied")
+	}
+}
+
+func TestPropioHomeDefaultsToInstallRoot(t *testing.T) {
+	t.Setenv("PROPIO_HOME", "")
+	exe, _ := os.Executable()
+	exe, _ = filepath.EvalSymlinks(exe)
+	if got, want := PropioHome(), filepath.Dir(filepath.Dir(exe)); got != want {
+		t.Errorf("PropioHome() = %q, want %q", got, want)
+	}
+}
