@@ -122,11 +122,17 @@ func collect(e *jsonschema.ValidationError, out *[]Violation) {
 	path := slices.Clone(e.InstanceLocation)
 	switch k := e.ErrorKind.(type) {
 	case *kind.AdditionalProperties:
+		msg := "unknown field"
+		if slices.Equal(path, []string{"env", "set"}) {
+			// env.set's keys are variable names, checked by patternProperties
+			// (propertyNames loses the location: santhosh-tekuri/jsonschema#269).
+			msg = "not a valid variable name (letters, digits and _, not starting with a digit)"
+		}
 		for _, p := range k.Properties {
 			*out = append(*out, Violation{
 				Path:    append(slices.Clone(path), p),
 				Key:     true,
-				Message: "unknown field",
+				Message: msg,
 			})
 		}
 		return
@@ -143,7 +149,7 @@ func collect(e *jsonschema.ValidationError, out *[]Violation) {
 		for i, w := range k.Want {
 			want[i] = fmt.Sprint(w)
 		}
-		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("%v is not one of: %s", k.Got, strings.Join(want, ", "))})
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("%q is not one of: %s", fmt.Sprint(k.Got), strings.Join(want, ", "))})
 		return
 	case *kind.Const:
 		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("must be %v", k.Want)})

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"path"
@@ -117,7 +118,7 @@ func (p *Profile) FitDefaults(l Limits) {
 	}
 	if l.Memory > 0 && !p.set("resources", "memory") {
 		if b, err := units.RAMInBytes(p.Resources.Memory); err == nil && b > l.Memory {
-			p.Resources.Memory = strconv.FormatInt(l.Memory/units.MiB, 10) + "m"
+			p.Resources.Memory = human(l.Memory / units.MiB * units.MiB)
 		}
 	}
 }
@@ -143,8 +144,13 @@ func Expand(s string, v Vars) string {
 		return v.Home
 	}
 	if rest, ok := strings.CutPrefix(s, "~/"); ok {
-		s = v.Home + "/" + rest
+		// Expand the rest only: the value of HOME is not a profile string.
+		return v.Home + "/" + expandVars(rest, v)
 	}
+	return expandVars(s, v)
+}
+
+func expandVars(s string, v Vars) string {
 	return varRef.ReplaceAllStringFunc(s, func(m string) string {
 		switch m {
 		case "$$":
@@ -316,14 +322,32 @@ func (p *Profile) Check(l Limits) error {
 
 	for i, port := range p.Ports {
 		if _, err := types.ParsePortConfig(port); err != nil {
-			add(fmt.Sprintf("%q: %v", port, err), "", "ports", strconv.Itoa(i))
+			add(fmt.Sprintf("%q: %s", port, lowerFirst(err.Error())), "", "ports", strconv.Itoa(i))
 		}
 	}
 	if len(p.Ports) > 0 && p.Network.Mode == "none" {
-		add("ports cannot be published when network.mode is none: the sandbox has only loopback",
+		add("cannot be published when network.mode is none: the sandbox has only loopback",
 			"set network.mode: open to publish ports", "ports")
 	}
+	p.sortByPos(errs)
 	return errs.err()
+}
+
+// sortByPos puts errors in file order: the leaf's first, then each file it
+// extends, each by line and column.
+func (p *Profile) sortByPos(errs List) {
+	rank := func(file string) int {
+		for i, s := range p.Meta.Chain {
+			if s.File == file {
+				return i
+			}
+		}
+		return 0
+	}
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(rank(a.Pos.File), rank(b.Pos.File)),
+			cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+	})
 }
 
 // MatchesAny reports whether name matches one of the env patterns.
@@ -338,6 +362,13 @@ func MatchesAny(patterns []string, name string) bool {
 
 func isAbsLike(s string) bool {
 	return strings.HasPrefix(s, "/") || strings.HasPrefix(s, "~/") || s == "~" || strings.HasPrefix(s, "${")
+}
+
+func lowerFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToLower(s[:1]) + s[1:]
 }
 
 func path0(s string) string {

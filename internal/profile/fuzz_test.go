@@ -28,24 +28,38 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, err := Parse("fuzz.yaml", "/fuzz", bytes.NewReader(data))
 		if err != nil {
-			if _, ok := err.(List); !ok {
+			list, ok := err.(List)
+			if !ok {
 				t.Fatalf("Parse returned %T, want List: %v", err, err)
 			}
-			for _, e := range err.(List) {
+			for _, e := range list {
+				if e.Pos.Line < 1 || e.Pos.Col < 1 {
+					t.Fatalf("error without a position: %v", e)
+				}
+			}
+		}
+		if doc == nil {
+			return
+		}
+		if ref, _ := doc.Extends(); ref != "" {
+			return // following extends reads other files; the extends tests cover it
+		}
+		// The whole load: schema problems, merge, defaults and Check together.
+		p, err := (Locations{}).load("fuzz.yaml", doc, err, Limits{CPUs: 2, Memory: 4 << 30})
+		if err != nil {
+			list, ok := err.(List)
+			if !ok {
+				t.Fatalf("load returned %T, want List: %v", err, err)
+			}
+			for _, e := range list {
 				if e.Pos.Line < 1 || e.Pos.Col < 1 {
 					t.Fatalf("error without a position: %v", e)
 				}
 			}
 			return
 		}
-		if ref, _ := doc.Extends(); ref != "" {
-			return // following extends reads other files; resolve covers it
+		if _, err := p.YAML(); err != nil {
+			t.Fatalf("a valid profile does not encode: %v", err)
 		}
-		p, err := (Locations{}).resolve("fuzz.yaml", doc)
-		if err != nil {
-			return
-		}
-		_ = p.Check(Limits{CPUs: 2, Memory: 4 << 30})
-		_, _ = p.YAML()
 	})
 }

@@ -41,35 +41,76 @@ func IsPath(ref string) bool {
 
 // Load finds the profile named by ref (a name, a path, or "" for the
 // repository's profile or else the default built-in), resolves its extends
-// chain, applies defaults and checks it against limits. Every problem found
-// is returned, as a List where they have positions.
+// chain, applies defaults and checks it against limits. Every problem found,
+// by the schema and by Check, is returned in one List, in file order.
 func (l Locations) Load(ref string, limits Limits) (*Profile, error) {
-	p, err := l.Resolve(ref)
-	if err != nil {
-		return nil, err
+	leaf, err := l.find(ref)
+	return l.load(ref, leaf, err, limits)
+}
+
+// LoadFile is Load for a profile file (as `validate FILE` does).
+func (l Locations) LoadFile(path string, limits Limits) (*Profile, error) {
+	leaf, err := l.readFile(path, path)
+	return l.load(path, leaf, err, limits)
+}
+
+// Resolve is Load without the final Check: extends merged and defaults
+// applied. Schema problems are returned without a profile.
+func (l Locations) Resolve(ref string) (*Profile, error) {
+	leaf, err := l.find(ref)
+	return l.resolveOnly(ref, leaf, err)
+}
+
+// ResolveFile is Resolve for a profile file.
+func (l Locations) ResolveFile(path string) (*Profile, error) {
+	leaf, err := l.readFile(path, path)
+	return l.resolveOnly(path, leaf, err)
+}
+
+func (l Locations) resolveOnly(ref string, leaf *Document, leafErr error) (*Profile, error) {
+	if leaf == nil {
+		return nil, leafErr
 	}
-	if err := p.Check(limits); err != nil {
+	p, problems, err := l.resolve(ref, leaf, leafErr)
+	switch {
+	case err != nil:
 		return nil, err
+	case len(problems) > 0:
+		return nil, problems
 	}
 	return p, nil
 }
 
-// Resolve is Load without the final Check: extends merged and defaults applied.
-func (l Locations) Resolve(ref string) (*Profile, error) {
-	leaf, err := l.find(ref)
+func (l Locations) load(ref string, leaf *Document, leafErr error, limits Limits) (*Profile, error) {
+	if leaf == nil {
+		return nil, leafErr
+	}
+	p, problems, err := l.resolve(ref, leaf, leafErr)
 	if err != nil {
 		return nil, err
 	}
-	return l.resolve(ref, leaf)
-}
-
-// ResolveFile parses and resolves one profile file (as `validate` does).
-func (l Locations) ResolveFile(path string) (*Profile, error) {
-	leaf, err := l.readFile(path, path)
-	if err != nil {
-		return nil, err
+	if p == nil {
+		return nil, problems
 	}
-	return l.resolve(path, leaf)
+	var checked List
+	if err := p.Check(limits); err != nil {
+		checked = err.(List)
+	}
+	// A field the schema rejected is reported once, by the schema.
+	flagged := map[string]bool{}
+	for _, e := range problems {
+		flagged[e.Field] = true
+	}
+	for _, e := range checked {
+		if !flagged[e.Field] {
+			problems = append(problems, e)
+		}
+	}
+	if len(problems) > 0 {
+		p.sortByPos(problems)
+		return nil, problems
+	}
+	return p, nil
 }
 
 // Source reports which file ref would load, without parsing it: a path, or
@@ -155,11 +196,10 @@ func (l Locations) readFile(path, display string) (*Document, error) {
 		return nil, fmt.Errorf("profile %s is a directory, not a YAML file", display)
 	}
 	d, err := Parse(display, filepath.Dir(abs), f)
-	if err != nil {
-		return nil, err
+	if d != nil {
+		d.Path = abs
 	}
-	d.Path = abs
-	return d, nil
+	return d, err
 }
 
 // key identifies a document for cycle detection.
@@ -219,15 +259,33 @@ func relDisplay(path string) string {
 	return path
 }
 
-func (l Locations) resolve(ref string, leaf *Document) (*Profile, error) {
+// resolve follows the extends chain of leaf and merges it. Schema problems
+// of the files (leafErr for the leaf) are gathered into problems; the profile
+// is still returned when the merged files decode, so that Check can add its
+// own. err is for failures that are not about the profile's content.
+func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profile, problems List, err error) {
+	gather := func(err error) error {
+		var list List
+		if errors.As(err, &list) {
+			problems = append(problems, list...)
+			return nil
+		}
+		return err
+	}
+	if err := gather(leafErr); err != nil {
+		return nil, nil, err
+	}
 	chain := []*Document{leaf}
 	seen := map[string]bool{key(leaf): true}
 	for d := leaf; ; {
 		parent, err := l.parent(d)
-		if err != nil {
-			return nil, err
+		if err := gather(err); err != nil {
+			return nil, nil, err
 		}
 		if parent == nil {
+			if err != nil { // the parent is missing or unusable: nothing to merge
+				return nil, problems, nil
+			}
 			break
 		}
 		_, node := d.Extends()
@@ -241,7 +299,7 @@ func (l Locations) resolve(ref string, leaf *Document) (*Profile, error) {
 			if !seen[key(parent)] {
 				msg = fmt.Sprintf("extends chain is deeper than %d: %s", maxDepth, strings.Join(names, " -> "))
 			}
-			return nil, List{{Pos: posOf(d.File, node), Field: "extends", Msg: msg}}
+			return nil, append(problems, &Error{Pos: posOf(d.File, node), Field: "extends", Msg: msg}), nil
 		}
 		seen[key(parent)] = true
 		chain = append(chain, parent)
@@ -258,9 +316,12 @@ func (l Locations) resolve(ref string, leaf *Document) (*Profile, error) {
 	}
 	root = without(root, "extends", origin)
 
-	p := &Profile{}
+	p = &Profile{}
 	if err := root.Decode(p); err != nil {
-		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}
+		if len(problems) > 0 { // the schema has said what is wrong
+			return nil, problems, nil
+		}
+		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}, nil
 	}
 	p.src = &resolved{root: root, origin: origin, leaf: leaf}
 	p.Meta = Meta{Name: ref, File: leaf.File}
@@ -275,7 +336,7 @@ func (l Locations) resolve(ref string, leaf *Document) (*Profile, error) {
 		p.Mounts[i].Dir = p.src.dirOf("mounts", fmt.Sprint(i))
 	}
 	p.applyDefaults()
-	return p, nil
+	return p, problems, nil
 }
 
 // without returns a copy of mapping m lacking key.

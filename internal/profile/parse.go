@@ -2,12 +2,14 @@ package profile
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/propio/propio-sandbox/schema"
@@ -40,8 +42,10 @@ var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // Parse reads one profile file and checks it against the schema. file names
 // the file in errors; dir is where its relative paths point (empty for a
-// built-in). Every problem is reported, as a List. Parse performs no I/O
-// besides reading r.
+// built-in). Every problem is reported, as a List. When the only problems are
+// schema violations the document is returned with them, so that the checks
+// after the schema can still report theirs in the same run. Parse performs no
+// I/O besides reading r.
 func Parse(file, dir string, r io.Reader) (*Document, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
@@ -94,11 +98,15 @@ func Parse(file, dir string, r io.Reader) (*Document, error) {
 			n := find(root, v.Path, v.Key)
 			errs = append(errs, &Error{Pos: posOf(file, n), Field: fieldPath(v.Path), Msg: v.Message, Hint: schemaHint(v)})
 		}
+		// The schema reports by field path; a reader wants them in file order.
+		slices.SortStableFunc(errs, func(a, b *Error) int {
+			return cmp.Or(cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+		})
 	}
-	if len(errs) > 0 {
+	if len(structural) > 0 {
 		return nil, errs
 	}
-	return doc, nil
+	return doc, errs.err()
 }
 
 func schemaHint(v schema.Violation) string {
@@ -136,8 +144,8 @@ func posOf(file string, n *yaml.Node) Pos {
 // duplicate and non-scalar keys.
 func toPlain(file string, n *yaml.Node) (any, List) {
 	var errs List
-	var walk func(n *yaml.Node) any
-	walk = func(n *yaml.Node) any {
+	var walk func(n *yaml.Node, path []string) any
+	walk = func(n *yaml.Node, path []string) any {
 		if n.Anchor != "" || n.Kind == yaml.AliasNode {
 			errs = append(errs, &Error{Pos: posOf(file, n), Msg: "YAML anchors and aliases are not supported in profiles; use extends to share settings"})
 			return nil
@@ -157,17 +165,17 @@ func toPlain(file string, n *yaml.Node) (any, List) {
 					continue
 				}
 				if prev, dup := first[k.Value]; dup {
-					errs = append(errs, &Error{Pos: posOf(file, k), Field: k.Value, Msg: fmt.Sprintf("duplicate key, first set at line %d", prev.Line)})
+					errs = append(errs, &Error{Pos: posOf(file, k), Field: fieldPath(append(slices.Clip(path), k.Value)), Msg: fmt.Sprintf("duplicate key, first set at line %d", prev.Line)})
 					continue
 				}
 				first[k.Value] = k
-				m[k.Value] = walk(v)
+				m[k.Value] = walk(v, append(slices.Clip(path), k.Value))
 			}
 			return m
 		case yaml.SequenceNode:
 			s := make([]any, 0, len(n.Content))
-			for _, c := range n.Content {
-				s = append(s, walk(c))
+			for i, c := range n.Content {
+				s = append(s, walk(c, append(slices.Clip(path), strconv.Itoa(i))))
 			}
 			return s
 		case yaml.ScalarNode:
@@ -206,7 +214,7 @@ func toPlain(file string, n *yaml.Node) (any, List) {
 		errs = append(errs, &Error{Pos: posOf(file, n), Msg: "unexpected YAML node"})
 		return nil
 	}
-	v := walk(n)
+	v := walk(n, nil)
 	return v, errs
 }
 

@@ -48,11 +48,17 @@ func within(dir, path string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// digest is the hash of the whole chain: every file and its content.
+// digest is the hash of the whole chain: every file and its content. A file
+// is named by its absolute path, not by how it was shown, so that the digest
+// does not depend on the current directory or on how the profile was named.
 func digest(p *Profile) string {
 	h := sha256.New()
 	for _, s := range p.Meta.Chain {
-		fmt.Fprintf(h, "%s\x00%s\x00", s.File, s.SHA256)
+		name := s.File
+		if s.Path != "" {
+			name = s.Path
+		}
+		fmt.Fprintf(h, "%s\x00%s\x00", name, s.SHA256)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

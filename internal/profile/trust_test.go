@@ -1,0 +1,199 @@
+package profile_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+func TestNeedsTrust(t *testing.T) {
+	tests := map[string]struct {
+		files map[string]string // under a directory holding ws/ (the workspace) and cfg/
+		ref   string            // what Resolve is asked for
+		want  bool
+	}{
+		"built-in": {
+			ref:  "offline",
+			want: false,
+		},
+		"user profile outside the workspace": {
+			files: map[string]string{"cfg/mine.yaml": "extends: open\n"},
+			ref:   "mine",
+			want:  false,
+		},
+		"repository profile": {
+			files: map[string]string{"ws/.propio/sandbox.yaml": "extends: open\n"},
+			ref:   "",
+			want:  true,
+		},
+		"file in the workspace named by path": {
+			files: map[string]string{"ws/tools/sandbox.yaml": "extends: open\n"},
+			ref:   "ws/tools/sandbox.yaml",
+			want:  true,
+		},
+		"user profile that extends a file in the workspace": {
+			files: map[string]string{
+				"cfg/mine.yaml": "extends: ../ws/base.yaml\n",
+				"ws/base.yaml":  "extends: open\n",
+			},
+			ref:  "mine",
+			want: true,
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			writeFiles(t, dir, tt.files)
+			ws := filepath.Join(dir, "ws")
+			ref := tt.ref
+			if strings.Contains(ref, "/") {
+				ref = filepath.Join(dir, ref)
+			}
+			p, err := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: ws}.Resolve(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := profile.NeedsTrust(p, ws); got != tt.want {
+				t.Errorf("NeedsTrust = %v, want %v (chain %+v)", got, tt.want, p.Meta.Chain)
+			}
+		})
+	}
+}
+
+func TestTrust(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state") // Trust creates it
+	writeFiles(t, ws, map[string]string{
+		".propio/sandbox.yaml": "extends: ./base.yaml\ndescription: repo\n",
+		".propio/base.yaml":    "extends: open\n",
+	})
+	locs := profile.Locations{Workspace: ws}
+	store := profile.TrustStore{Dir: state}
+	load := func() *profile.Profile {
+		t.Helper()
+		p, err := locs.Resolve("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	untrusted := func(step, why string) {
+		t.Helper()
+		err := store.Verify(load())
+		if !errors.Is(err, profile.ErrUntrusted) || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: Verify = %v, want %q wrapping ErrUntrusted", step, err, why)
+		}
+	}
+	trusted := func(step string) {
+		t.Helper()
+		if err := store.Verify(load()); err != nil {
+			t.Errorf("%s: Verify = %v, want nil", step, err)
+		}
+	}
+	edit := func(name, content string) {
+		t.Helper()
+		writeFiles(t, ws, map[string]string{name: content})
+	}
+
+	untrusted("new", ".propio/sandbox.yaml is new")
+	if err := store.Trust(load()); err != nil {
+		t.Fatal(err)
+	}
+	trusted("after trust")
+
+	entries, err := os.ReadDir(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "trusted.json" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("state directory holds %q, want only trusted.json", names)
+	}
+
+	edit(".propio/sandbox.yaml", "extends: ./base.yaml\ndescription: repo\nnetwork: {mode: open}\n")
+	untrusted("leaf edited", "changed since it was trusted")
+	if err := store.Trust(load()); err != nil {
+		t.Fatal(err)
+	}
+	trusted("trusted again")
+
+	edit(".propio/base.yaml", "extends: open\nmounts: [{source: ~/.ssh, target: /ssh}]\n")
+	untrusted("parent edited", "changed since it was trusted")
+}
+
+func TestTrustDoesNotDependOnTheName(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{
+		".propio/sandbox.yaml": "extends: ./base.yaml\n",
+		".propio/base.yaml":    "extends: open\n",
+	})
+	locs := profile.Locations{Workspace: ws}
+	store := profile.TrustStore{Dir: t.TempDir()}
+	p, err := locs.Resolve("") // `propio-sandbox trust`
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Trust(p); err != nil {
+		t.Fatal(err)
+	}
+	// `propio-sandbox run -p /abs/.propio/sandbox.yaml`: the same files.
+	p, err = locs.Resolve(filepath.Join(ws, profile.RepoProfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Verify(p); err != nil {
+		t.Errorf("Verify of the same file named by path = %v, want nil", err)
+	}
+}
+
+func TestTrustKeepsOtherProfiles(t *testing.T) {
+	t.Parallel()
+	store := profile.TrustStore{Dir: t.TempDir()}
+	var all []*profile.Profile
+	for range 2 {
+		ws := t.TempDir()
+		writeFiles(t, ws, map[string]string{profile.RepoProfile: "extends: open\n"})
+		p, err := profile.Locations{Workspace: ws}.Resolve("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Trust(p); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, p)
+	}
+	for _, p := range all {
+		if err := store.Verify(p); err != nil {
+			t.Errorf("Verify(%s) = %v after trusting another profile", p.Meta.Chain[0].Path, err)
+		}
+	}
+}
+
+func TestTrustStoreUnreadable(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	writeFiles(t, state, map[string]string{"trusted.json": "{not json"})
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{profile.RepoProfile: "extends: open\n"})
+	p, err := profile.Locations{Workspace: ws}.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := profile.TrustStore{Dir: state}
+	if err := store.Verify(p); err == nil || errors.Is(err, profile.ErrUntrusted) {
+		t.Errorf("Verify with a corrupt store = %v, want a read error", err)
+	}
+	if err := store.Trust(p); err == nil {
+		t.Error("Trust over a corrupt store succeeded, want an error that leaves it for the user to look at")
+	}
+}
