@@ -194,12 +194,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	return project, nil
 }
 
-func profileLabel(p *profile.Profile) string {
-	if p.Meta.Name != "" {
-		return p.Meta.Name
-	}
-	return p.Meta.File
-}
+// profileLabel names the profile's file the same way however it was asked
+// for: builtin:NAME, or the path of the leaf file.
+func profileLabel(p *profile.Profile) string { return p.Meta.File }
 
 // environment names the passed variables (the engine fills in their values)
 // and sets the profile's defaults where no passed host variable overrides them.

@@ -57,7 +57,11 @@ built-ins; -p PATH reads a file. Without -p, ./.propio/sandbox.yaml is used when
 present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Args:          cobra.NoArgs,
+		// cobra checks the Args of a runnable command only: without RunE,
+		// `propio-sandbox nosuch` would print help and exit 0.
+		Args:                       unknownCommand,
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		SuggestionsMinimumDistance: 2,
 	}
 	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -71,6 +75,19 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newVersion(a),
 	)
 	return root
+}
+
+// unknownCommand refuses the arguments of a command that only groups
+// subcommands: they can only be a mistyped subcommand.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	err := usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		return withHint(err, "did you mean "+strings.Join(s, " or ")+"?")
+	}
+	return err
 }
 
 // usageError marks a mistake in how the command was called (exit 2).

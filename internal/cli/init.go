@@ -30,6 +30,12 @@ func newInit(a *app) *cobra.Command {
 				return withHint(err, "run `"+name+" profiles` to list the profiles there are")
 			}
 			path := filepath.Join(e.workspace, profile.RepoProfile)
+			if profile.IsPath(extends) {
+				// extends is read relative to the new file, not to here.
+				if extends, err = relativeTo(filepath.Dir(path), extends); err != nil {
+					return err
+				}
+			}
 			if _, err := os.Lstat(path); err == nil {
 				return withHint(fmt.Errorf("%s already exists; init never overwrites", profile.RepoProfile),
 					"edit it, or remove it first to start over")
@@ -53,4 +59,28 @@ func newInit(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&extends, "extends", profile.DefaultBuiltin, "the profile the new one builds on")
 	return cmd
+}
+
+// relativeTo returns the path of an existing profile file, given relative
+// to the current directory, as seen from dir.
+func relativeTo(dir, file string) (string, error) {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("profile file %s: %w", file, profile.ErrNotFound)
+	} else if err != nil {
+		return "", err
+	} else if st.IsDir() {
+		return "", fmt.Errorf("profile %s is a directory, not a YAML file", file)
+	}
+	if real, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(real, filepath.Base(abs))
+	}
+	rel, err := filepath.Rel(dir, abs)
+	if err != nil {
+		return filepath.ToSlash(abs), nil
+	}
+	return filepath.ToSlash(rel), nil
 }

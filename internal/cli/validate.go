@@ -23,36 +23,33 @@ default) selects. Unknown keys are errors: a typo must never widen access.`,
 			}
 			limits := hostinfo.Limits()
 			var problems profile.List
-			check := func(p *profile.Profile, err error) error {
-				if err == nil {
-					err = p.Check(limits)
-				}
+			var failed []error // files that could not be checked at all
+			check := func(_ *profile.Profile, err error) {
 				var list profile.List
 				if errors.As(err, &list) {
 					problems = append(problems, list...)
-					return nil
+				} else if err != nil {
+					failed = append(failed, err)
 				}
-				return err
 			}
 			if len(files) == 0 {
-				if err := check(e.locs.Resolve(a.profile)); err != nil {
-					return err
-				}
+				check(e.locs.Load(a.profile, limits))
 			}
 			for _, f := range files {
-				if err := check(e.locs.ResolveFile(f)); err != nil {
-					return err
-				}
+				check(e.locs.LoadFile(f, limits))
+			}
+			for _, p := range problems {
+				fmt.Fprintln(a.stderr, p.Error())
 			}
 			if len(problems) > 0 {
-				for _, p := range problems {
-					fmt.Fprintln(a.stderr, p.Error())
-				}
 				noun := "problems"
 				if len(problems) == 1 {
 					noun = "problem"
 				}
-				return withHint(fmt.Errorf("%d %s found", len(problems), noun), problems.Hints()...)
+				failed = append(failed, withHint(fmt.Errorf("%d %s found", len(problems), noun), problems.Hints()...))
+			}
+			if len(failed) > 0 {
+				return errors.Join(failed...)
 			}
 			fmt.Fprintln(a.stdout, "ok")
 			return nil
