@@ -175,12 +175,22 @@ func loadEnv() (env, error) {
 	return env{dirs: dirs, workspace: ws, locs: profile.Locations{ConfigDir: dirs.ProfileDir(), Workspace: ws}}, nil
 }
 
+// loadSelected gathers the environment and loads the profile ref selects.
+func loadSelected(ref string) (env, *profile.Profile, error) {
+	e, err := loadEnv()
+	if err != nil {
+		return env{}, nil, err
+	}
+	p, err := e.loadProfile(ref)
+	return e, p, err
+}
+
 // loadProfile loads the profile a subcommand was pointed at, with every
 // problem and a hint for a missing one.
 func (e env) loadProfile(ref string) (*profile.Profile, error) {
 	p, err := e.locs.Load(ref, hostinfo.Limits())
 	if errors.Is(err, profile.ErrNotFound) {
-		return nil, withHint(err, "run `"+name+" profiles` to list the profiles there are")
+		return nil, hintNotFound(err)
 	}
 	if err != nil {
 		what := ref
@@ -192,4 +202,12 @@ func (e env) loadProfile(ref string) (*profile.Profile, error) {
 		return nil, fmt.Errorf("loading %s: %w", what, err)
 	}
 	return p, nil
+}
+
+// hintNotFound adds the way to list profiles to a not-found error.
+func hintNotFound(err error) error {
+	if errors.Is(err, profile.ErrNotFound) {
+		return withHint(err, "run `"+name+" profiles` to list the profiles there are")
+	}
+	return err
 }

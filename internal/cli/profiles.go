@@ -38,11 +38,7 @@ func newProfiles(a *app) *cobra.Command {
 			if len(args) == 1 {
 				ref = args[0]
 			}
-			e, err := loadEnv()
-			if err != nil {
-				return err
-			}
-			p, err := e.loadProfile(ref)
+			_, p, err := loadSelected(ref)
 			if err != nil {
 				return err
 			}

@@ -27,11 +27,7 @@ The output is deterministic and loads with any Compose implementation.`,
 			if err != nil {
 				return err
 			}
-			e, err := loadEnv()
-			if err != nil {
-				return err
-			}
-			p, err := e.loadProfile(a.profile)
+			e, p, err := loadSelected(a.profile)
 			if err != nil {
 				return err
 			}

@@ -19,11 +19,7 @@ extends, and records the hash of every file of its chain under
 $XDG_STATE_HOME/propio-sandbox/.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := loadEnv()
-			if err != nil {
-				return err
-			}
-			p, err := e.loadProfile(a.profile)
+			e, p, err := loadSelected(a.profile)
 			if err != nil {
 				return err
 			}

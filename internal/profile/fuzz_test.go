@@ -27,17 +27,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, err := Parse("fuzz.yaml", "/fuzz", bytes.NewReader(data))
-		if err != nil {
-			list, ok := err.(List)
-			if !ok {
-				t.Fatalf("Parse returned %T, want List: %v", err, err)
-			}
-			for _, e := range list {
-				if e.Pos.Line < 1 || e.Pos.Col < 1 {
-					t.Fatalf("error without a position: %v", e)
-				}
-			}
-		}
+		positioned(t, "Parse", err)
 		if doc == nil {
 			return
 		}
@@ -47,19 +37,28 @@ func FuzzParse(f *testing.F) {
 		// The whole load: schema problems, merge, defaults and Check together.
 		p, err := (Locations{}).load("fuzz.yaml", doc, err, Limits{CPUs: 2, Memory: 4 << 30})
 		if err != nil {
-			list, ok := err.(List)
-			if !ok {
-				t.Fatalf("load returned %T, want List: %v", err, err)
-			}
-			for _, e := range list {
-				if e.Pos.Line < 1 || e.Pos.Col < 1 {
-					t.Fatalf("error without a position: %v", e)
-				}
-			}
+			positioned(t, "load", err)
 			return
 		}
 		if _, err := p.YAML(); err != nil {
 			t.Fatalf("a valid profile does not encode: %v", err)
 		}
 	})
+}
+
+// positioned fails unless err is nil or a List whose every error has a position.
+func positioned(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	list, ok := err.(List)
+	if !ok {
+		t.Fatalf("%s returned %T, want List: %v", what, err, err)
+	}
+	for _, e := range list {
+		if e.Pos.Line < 1 || e.Pos.Col < 1 {
+			t.Fatalf("%s: error without a position: %v", what, e)
+		}
+	}
 }
