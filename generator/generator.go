@@ -11,9 +11,9 @@ package generator
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +90,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	vars := h.Vars()
 	svc := types.ServiceConfig{Name: Service}
 	svc.Image = p.Image
+	svc.PullPolicy = types.PullPolicyNever // images are built or pulled by the user, never behind their back
 	if p.Build != nil {
 		ctx := profile.Expand(p.Build.Context, vars)
 		if !filepath.IsAbs(ctx) {
@@ -143,8 +144,10 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	case "none":
 		svc.NetworkMode = "none"
 	default:
-		svc.Networks = map[string]*types.ServiceNetworkConfig{"default": nil}
-		project.Networks = types.Networks{"default": types.NetworkConfig{Name: o.Project + "_default", Labels: maps.Clone(labels)}}
+		// The engine's default bridge, as `docker run` uses: a network made
+		// for each run costs more than a quarter of the launch time (0.57 s
+		// against 0.44 s for docker run here).
+		svc.NetworkMode = "bridge"
 		if *p.Network.HostGateway {
 			svc.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
 		}
@@ -342,7 +345,7 @@ func Render(project *types.Project) ([]byte, error) {
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("rendering project: %w", err)
 	}
-	escapeDollars(&doc)
+	normalize(&doc)
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
@@ -355,12 +358,26 @@ func Render(project *types.Project) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func escapeDollars(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "$") {
-		n.Value = strings.ReplaceAll(n.Value, "$", "$$")
+// sexagesimal is what YAML 1.1 readers take for a base-60 number (1000:1000).
+var sexagesimal = regexp.MustCompile(`^[0-9]+(:[0-9]+)+$`)
+
+// normalize doubles dollar signs, and settles how strings are quoted, so that
+// the bytes do not depend on the YAML encoder's version: quoted strings are
+// double-quoted, and a uid:gid is always quoted.
+func normalize(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode {
+		if strings.Contains(n.Value, "$") {
+			n.Value = strings.ReplaceAll(n.Value, "$", "$$")
+		}
+		switch {
+		case n.Style == yaml.SingleQuotedStyle:
+			n.Style = yaml.DoubleQuotedStyle
+		case n.Tag == "!!str" && n.Style == 0 && sexagesimal.MatchString(n.Value):
+			n.Style = yaml.DoubleQuotedStyle
+		}
 	}
 	for _, c := range n.Content {
-		escapeDollars(c)
+		normalize(c)
 	}
 }
 

@@ -45,6 +45,7 @@ type app struct {
 }
 
 func newRoot(a *app) *cobra.Command {
+	var rootRun runFlags
 	root := &cobra.Command{
 		Use:   name,
 		Short: "Run a coding agent, or any command, in a container sandbox described by a YAML profile",
@@ -57,15 +58,20 @@ built-ins; -p PATH reads a file. Without -p, ./.propio/sandbox.yaml is used when
 present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		// cobra checks the Args of a runnable command only: without RunE,
-		// `propio-sandbox nosuch` would print help and exit 0.
+		// run is the default subcommand: `propio-sandbox [-p X] [-- CMD...]`.
+		// Words before -- can only be a mistyped subcommand.
 		Args:                       unknownCommand,
-		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		RunE:                       func(cmd *cobra.Command, args []string) error { return a.run(cmd, args, rootRun) },
 		SuggestionsMinimumDistance: 2,
 	}
 	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
+	rootRun.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
+		newRun(a),
+		newBuild(a),
+		newLs(a),
+		newGC(a),
 		newRender(a),
 		newValidate(a),
 		newProfiles(a),
@@ -80,7 +86,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 // unknownCommand refuses the arguments of a command that only groups
 // subcommands: they can only be a mistyped subcommand.
 func unknownCommand(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || cmd.ArgsLenAtDash() == 0 {
 		return nil
 	}
 	err := usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
@@ -110,7 +116,15 @@ func withHint(err error, hints ...string) error { return hinted{err, hints} }
 // report prints err as `propio-sandbox: error: ...` lines with hints, and
 // returns the exit code it calls for.
 func report(w io.Writer, err error) int {
+	var ec exitCode
+	if errors.As(err, &ec) {
+		return int(ec) // the sandbox's own exit code: it has said what it had to
+	}
 	code := ExitFailure
+	var wc withCode
+	if errors.As(err, &wc) {
+		code = wc.code
+	}
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
 		code = ExitUsage

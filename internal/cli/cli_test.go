@@ -16,7 +16,16 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-var update = flag.Bool("update", false, "rewrite the expected files of failing cmp commands in testdata/script")
+// -update rewrites the expected files of failing cmp commands in
+// testdata/script. gotest.tools, linked in through the Compose SDK, defines
+// a global -update flag already; the scripts share it when it is there.
+func init() {
+	if flag.Lookup("update") == nil {
+		flag.Bool("update", false, "rewrite the expected files of failing cmp commands in testdata/script")
+	}
+}
+
+func updating() bool { return flag.Lookup("update").Value.String() == "true" }
 
 // TestMain makes the test binary double as propio-sandbox: a script's
 // `exec propio-sandbox ...` runs cli.Main in a child process, so exit codes,
@@ -40,7 +49,7 @@ func TestScripts(t *testing.T) {
 		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON},
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
-		UpdateScripts:       *update,
+		UpdateScripts:       updating(),
 	})
 }
 

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/spf13/cobra"
+)
+
+func newLs(a *app) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls [--json]",
+		Short: "List the sandboxes on the engine: project, workspace, profile, launcher, state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := context.Background()
+			eng, err := connect(ctx, a)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			list, err := eng.List(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []engine.Sandbox{}
+				}
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROJECT\tWORKSPACE\tPROFILE\tLAUNCHER\tSTATE\tCREATED")
+			for _, s := range list {
+				launcher := strconv.Itoa(s.PID)
+				if !s.Alive {
+					launcher += " (gone)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Project, s.Workspace, s.Profile, launcher, s.State, s.Created.Format(time.DateTime))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newGC(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := context.Background()
+			eng, err := connect(ctx, a)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			removed, err := eng.GC(ctx)
+			for _, p := range removed {
+				fmt.Fprintf(a.stdout, "removed %s\n", p)
+			}
+			if err == nil && len(removed) == 0 {
+				fmt.Fprintln(a.stdout, "nothing to remove")
+			}
+			return err
+		},
+	}
+}

@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/moby/term"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/spf13/cobra"
+)
+
+// runFlags are the flags of run, which the root command shares (run is the default).
+type runFlags struct {
+	build bool
+}
+
+func (f *runFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.build, "build", false, "build the profile's image first (when it has a build section)")
+}
+
+func newRun(a *app) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [-p PROFILE] [--build] [-- CMD...]",
+		Short: "Run the profile's command, or CMD, in a sandbox of the current directory (the default)",
+		Long: `Run the profile's command, or CMD, in a sandbox: the current directory is mounted at
+/workspace and is the working directory; nothing else of the host is visible unless the
+profile grants it. The sandbox's exit code becomes this command's. Every container,
+network and volume of the sandbox is removed when it ends, however it ends.`,
+		RunE: func(cmd *cobra.Command, args []string) error { return a.run(cmd, args, f) },
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// exitCode ends the process with a code and prints nothing more, as when
+// the sandbox's command exits non-zero.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+// withCode is an error that also sets the exit code.
+type withCode struct {
+	err  error
+	code int
+}
+
+func (e withCode) Error() string { return e.err.Error() }
+func (e withCode) Unwrap() error { return e.err }
+
+func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
+	command, err := commandAfterDash(cmd, args)
+	if err != nil {
+		return err
+	}
+	e, p, err := loadSelected(a.profile)
+	if err != nil {
+		return err
+	}
+	if profile.NeedsTrust(p, e.workspace) {
+		if err := (profile.TrustStore{Dir: e.dirs.State}).Verify(p); err != nil {
+			return withHint(err,
+				"a repository profile can change what the sandbox may do, so run needs your trust for each version of it",
+				"review it with `"+name+" profiles show "+p.Meta.File+"`, then run `"+name+" trust` in "+e.workspace)
+		}
+	}
+	if missing := missingRequired(p); len(missing) > 0 {
+		return withHint(fmt.Errorf("required environment variables are not set: %s", strings.Join(missing, ", ")),
+			"set them in this shell, or remove them from env.required in "+p.Meta.File)
+	}
+	var timeout time.Duration
+	if p.Resources.Timeout != "" {
+		timeout, _ = time.ParseDuration(p.Resources.Timeout) // Check has parsed it
+	}
+	project, err := e.project(p, command, generator.ProjectName(e.workspace, runID()))
+	if err != nil {
+		return err
+	}
+
+	ctx := context.Background()
+	eng, err := connect(ctx, a)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	// Leftovers of launchers that were killed before they could clean up.
+	if removed, err := eng.GC(ctx); err != nil {
+		fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, err)
+	} else if len(removed) > 0 {
+		fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
+	}
+
+	tty := isTerminal(a.stdin) && isTerminal(a.stdout)
+	code, err := eng.Run(ctx, project, engine.RunOptions{
+		TTY:         tty,
+		Interactive: true,
+		Timeout:     timeout,
+		Build:       f.build,
+	})
+	if err != nil {
+		err = engineHint(err, p, a.profile)
+		if code != 0 {
+			return withCode{err, code}
+		}
+		return err
+	}
+	if code != 0 {
+		return exitCode(code)
+	}
+	return nil
+}
+
+// connect reaches the engine, with the launcher's streams.
+func connect(ctx context.Context, a *app) (*engine.Engine, error) {
+	var in io.ReadCloser
+	if rc, ok := a.stdin.(io.ReadCloser); ok {
+		in = rc
+	} else if a.stdin != nil {
+		in = io.NopCloser(a.stdin)
+	}
+	eng, err := engine.Connect(ctx, engine.HostFromEnv(), engine.Streams{In: in, Out: a.stdout, Err: a.stderr})
+	if err != nil {
+		return nil, engineHint(err, nil, "")
+	}
+	return eng, nil
+}
+
+// engineHint adds what to do about the engine's errors.
+func engineHint(err error, p *profile.Profile, ref string) error {
+	switch {
+	case errors.Is(err, engine.ErrEngineMissing):
+		return withHint(fmt.Errorf("Docker is required: %w", err),
+			"install Docker Engine (on Debian or Ubuntu: sudo apt-get install docker.io), or set DOCKER_HOST to a running engine")
+	case errors.Is(err, engine.ErrEngineNotRunning):
+		return withHint(err, "start the Docker daemon (sudo systemctl start docker, or open Docker Desktop), then try again")
+	case errors.Is(err, engine.ErrPermission):
+		return withHint(err, "add your user to the docker group (sudo usermod -aG docker $USER), then log out and back in")
+	case errors.Is(err, engine.ErrEngineTooOld):
+		return withHint(err, "upgrade Docker Engine to 20.10 or newer")
+	case errors.Is(err, engine.ErrImageMissing) && p != nil:
+		pflag := ""
+		if ref != "" {
+			pflag = " -p " + ref
+		}
+		if p.Build != nil {
+			return withHint(err, "build it: "+name+" build"+pflag+" (or run with --build)")
+		}
+		return withHint(err, "build or pull it yourself (docker pull "+p.Image+"); "+name+" never pulls images on its own")
+	}
+	return err
+}
+
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && term.IsTerminal(f.Fd())
+}
+
+// runID makes a run's project name unique, so several sandboxes can run in
+// one directory at once.
+func runID() string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Sprintf("%x", time.Now().UnixNano())
+	}
+	return hex.EncodeToString(b)
+}

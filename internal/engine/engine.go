@@ -1,0 +1,159 @@
+// Package engine is the only package that talks to a container engine. It
+// runs a generated Compose project through the Docker Compose Go SDK, in
+// process: only an engine socket is needed, no compose plugin or docker CLI.
+//
+// It never reads profiles and never prints: errors are returned, wrapping the
+// sentinels below so that the command line can add what to do about them.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/docker/cli/cli/command"
+	"github.com/docker/cli/cli/flags"
+	"github.com/docker/compose/v5/pkg/api"
+	"github.com/docker/compose/v5/pkg/compose"
+	"github.com/moby/moby/client"
+)
+
+// MinAPIVersion is the oldest engine API propio-sandbox runs on: Docker Engine 20.10.
+const MinAPIVersion = "1.41"
+
+// DefaultHost is where the engine listens when DOCKER_HOST is not set.
+const DefaultHost = "unix:///var/run/docker.sock"
+
+// Sentinels a caller can branch on.
+var (
+	ErrEngineMissing    = errors.New("no container engine found")
+	ErrEngineNotRunning = errors.New("the container engine is not running")
+	ErrPermission       = errors.New("permission denied on the engine socket")
+	ErrEngineTooOld     = errors.New("the container engine is too old")
+	ErrImageMissing     = errors.New("image not found on the engine")
+	ErrTimeout          = errors.New("the sandbox ran out of time")
+	ErrInterrupted      = errors.New("interrupted")
+)
+
+// Streams are the launcher's terminal or pipes.
+type Streams struct {
+	In       io.ReadCloser
+	Out, Err io.Writer
+}
+
+// Engine is a connection to one engine, with a Compose service on it.
+type Engine struct {
+	Host    string
+	cli     *command.DockerCli
+	compose api.Compose
+}
+
+// HostFromEnv returns the engine address: $DOCKER_HOST, else the default socket.
+func HostFromEnv() string {
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		return h
+	}
+	return DefaultHost
+}
+
+// Connect reaches the engine at host and checks that it can run sandboxes.
+// Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
+// ErrEngineTooOld when that is what went wrong.
+func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
+	if path, ok := strings.CutPrefix(host, "unix://"); ok {
+		if err := probeSocket(path); err != nil {
+			return nil, err
+		}
+	}
+	opts := []command.CLIOption{command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
+	if s.In != nil {
+		opts = append(opts, command.WithInputStream(s.In))
+	}
+	cli, err := command.NewDockerCli(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the engine client: %w", err)
+	}
+	if err := cli.Initialize(&flags.ClientOptions{Hosts: []string{host}}); err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", host, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ping, err := cli.Client().Ping(pctx, client.PingOptions{})
+	if err != nil {
+		return nil, classify(host, err)
+	}
+	if ping.APIVersion != "" && versionLess(ping.APIVersion, MinAPIVersion) {
+		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, ping.APIVersion, MinAPIVersion, ErrEngineTooOld)
+	}
+	svc, err := compose.NewComposeService(cli, compose.WithStreams(s.Out, s.Err, s.In))
+	if err != nil {
+		return nil, fmt.Errorf("setting up compose: %w", err)
+	}
+	return &Engine{Host: host, cli: cli, compose: svc}, nil
+}
+
+// Close releases the connection.
+func (e *Engine) Close() error { return e.cli.Client().Close() }
+
+// probeSocket tells a missing engine from a stopped one and from a socket the
+// user may not open, before any client library turns those into one message.
+func probeSocket(path string) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if installed() {
+			return fmt.Errorf("no engine socket at %s, though Docker is installed: %w", path, ErrEngineNotRunning)
+		}
+		return fmt.Errorf("no engine socket at %s and no Docker installed: %w", path, ErrEngineMissing)
+	}
+	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return classify("unix://"+path, err)
+	}
+	return conn.Close()
+}
+
+// installed reports whether a Docker engine or CLI is on this machine.
+func installed() bool {
+	for _, name := range []string{"dockerd", "docker"} {
+		if _, err := exec.LookPath(name); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func classify(host string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || strings.Contains(err.Error(), "permission denied"):
+		return fmt.Errorf("connecting to %s: %w", host, ErrPermission)
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || strings.Contains(err.Error(), "connection refused"):
+		return fmt.Errorf("connecting to %s: nothing is listening: %w", host, ErrEngineNotRunning)
+	case strings.Contains(err.Error(), "API version") && strings.Contains(err.Error(), "not supported"):
+		return fmt.Errorf("engine at %s: %v: %w", host, err, ErrEngineTooOld)
+	}
+	return fmt.Errorf("connecting to %s: %w", host, err)
+}
+
+// versionLess compares API versions such as 1.41 and 1.9.
+func versionLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < max(len(pa), len(pb)); i++ {
+		var x, y int
+		if i < len(pa) {
+			fmt.Sscan(pa[i], &x)
+		}
+		if i < len(pb) {
+			fmt.Sscan(pb[i], &y)
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}

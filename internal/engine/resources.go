@@ -1,0 +1,190 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/generator"
+)
+
+// Remove deletes every container, network and volume labelled with the
+// sandbox project, running or not. Removing what is already gone is not an
+// error.
+func (e *Engine) Remove(ctx context.Context, project string) error {
+	c := e.cli.Client()
+	by := make(client.Filters).Add("label", LabelProject+"="+project)
+	var errs []error
+	containers, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: by})
+	if err != nil {
+		return fmt.Errorf("listing containers: %w", err)
+	}
+	for _, ctr := range containers.Items {
+		if _, err := c.ContainerRemove(ctx, ctr.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !gone(err) {
+			errs = append(errs, fmt.Errorf("removing container %s: %w", ctr.ID[:12], err))
+		}
+	}
+	// AutoRemove may still be removing the container; the network cannot go
+	// before it does.
+	if err := e.waitGone(ctx, by); err != nil {
+		errs = append(errs, err)
+	}
+	networks, err := c.NetworkList(ctx, client.NetworkListOptions{Filters: by})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("listing networks: %w", err))...)
+	}
+	for _, n := range networks.Items {
+		if _, err := c.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !gone(err) {
+			errs = append(errs, fmt.Errorf("removing network %s: %w", n.Name, err))
+		}
+	}
+	volumes, err := c.VolumeList(ctx, client.VolumeListOptions{Filters: by})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("listing volumes: %w", err))...)
+	}
+	for _, v := range volumes.Items {
+		if _, err := c.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !gone(err) {
+			errs = append(errs, fmt.Errorf("removing volume %s: %w", v.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func gone(err error) bool { return cerrdefs.IsNotFound(err) }
+
+// waitGone waits, a bounded time, until no container matches filters.
+func (e *Engine) waitGone(ctx context.Context, filters client.Filters) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filters})
+		if err != nil {
+			return fmt.Errorf("listing containers: %w", err)
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d containers still present after 30s", len(list.Items))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Sandbox is one sandbox the engine knows of, from its labels.
+type Sandbox struct {
+	Project   string    `json:"project"`
+	Workspace string    `json:"workspace"`
+	Profile   string    `json:"profile"`
+	PID       int       `json:"launcher_pid"`
+	Host      string    `json:"launcher_host"`
+	Alive     bool      `json:"launcher_alive"` // the launcher process still runs (on this host)
+	State     string    `json:"state"`          // of its container, or "leftover" when only networks remain
+	Created   time.Time `json:"created"`
+}
+
+// List returns the sandboxes on the engine, oldest first.
+func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
+	c := e.cli.Client()
+	mine := make(client.Filters).Add("label", LabelProject)
+	found := map[string]*Sandbox{}
+	add := func(labels map[string]string, state string, created time.Time) {
+		name := labels[LabelProject]
+		if s, ok := found[name]; ok {
+			if s.State == "leftover" {
+				s.State = state
+			}
+			return
+		}
+		pid, _ := strconv.Atoi(labels[LabelPID])
+		found[name] = &Sandbox{
+			Project: name, Workspace: labels[generator.LabelWorkspace], Profile: labels[generator.LabelProfile],
+			PID: pid, Host: labels[LabelHost], Alive: launcherAlive(pid, labels[LabelHost]),
+			State: state, Created: created,
+		}
+	}
+	containers, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: mine})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	for _, ctr := range containers.Items {
+		add(ctr.Labels, string(ctr.State), time.Unix(ctr.Created, 0))
+	}
+	networks, err := c.NetworkList(ctx, client.NetworkListOptions{Filters: mine})
+	if err != nil {
+		return nil, fmt.Errorf("listing networks: %w", err)
+	}
+	for _, n := range networks.Items {
+		add(n.Labels, "leftover", n.Created)
+	}
+	volumes, err := c.VolumeList(ctx, client.VolumeListOptions{Filters: mine})
+	if err != nil {
+		return nil, fmt.Errorf("listing volumes: %w", err)
+	}
+	for _, v := range volumes.Items {
+		created, _ := time.Parse(time.RFC3339, v.CreatedAt)
+		add(v.Labels, "leftover", created)
+	}
+	out := make([]Sandbox, 0, len(found))
+	for _, s := range found {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].Project < out[j].Project
+	})
+	return out, nil
+}
+
+// GC removes the sandboxes whose launcher is gone (killed, so it could not
+// clean up). Sandboxes of live launchers, and of other hosts, are left alone.
+// It returns the projects it removed.
+func (e *Engine) GC(ctx context.Context) ([]string, error) {
+	list, err := e.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, s := range list {
+		if s.Alive || !sameHost(s.Host) {
+			continue
+		}
+		if err := e.Remove(ctx, s.Project); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, s.Project)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func sameHost(host string) bool {
+	h, _ := os.Hostname()
+	return host == h
+}
+
+// launcherAlive reports whether the launcher pid still runs on this host. On
+// another host it cannot tell, and says alive so that nothing is removed.
+func launcherAlive(pid int, host string) bool {
+	if !sameHost(host) {
+		return true
+	}
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

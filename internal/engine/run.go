@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/compose/v5/pkg/api"
+	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/generator"
+)
+
+// RunOptions say how one sandbox runs.
+type RunOptions struct {
+	// TTY allocates a terminal (when the launcher's stdin and stdout are one).
+	TTY bool
+	// Interactive attaches the launcher's stdin.
+	Interactive bool
+	// Timeout stops the sandbox after this long; zero for none.
+	Timeout time.Duration
+	// Build builds the image first when the project says how.
+	Build bool
+	// LookupEnv reads the launcher's environment for the variables the
+	// project passes by name. Values stay in memory: they go to the engine
+	// in the container's configuration and nowhere else.
+	LookupEnv func(string) (string, bool)
+}
+
+// Run starts the project's agent service as a one-off container with
+// AutoRemove, attached to the launcher's streams, as `docker compose run --rm
+// agent` does, and returns its exit code. Whatever happens (exit, error,
+// signal, timeout), it then removes every container, network and volume of
+// the project before returning.
+func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) (code int, err error) {
+	project, svc, err := prepare(project, o)
+	if err != nil {
+		return 0, err
+	}
+
+	// Until the SDK takes the signals over, a signal cancels the run.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 16)
+	var caught atomic.Value
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		select {
+		case s := <-sigs:
+			caught.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	defer func() {
+		// The teardown always runs, and a signal during it does not stop it.
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		cancel()
+		watch.Wait()
+		tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer tcancel()
+		rerr := e.Remove(tctx, project.Name)
+		signal.Stop(sigs)
+		// A signal before the container ran shows as a cancelled context.
+		if s, ok := caught.Load().(os.Signal); ok && (errors.Is(err, context.Canceled) || err == nil && code == 0) {
+			code, err = 128+int(s.(syscall.Signal)), fmt.Errorf("%w by %v", ErrInterrupted, s)
+		}
+		if rerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up sandbox %s: %w", project.Name, rerr))
+		}
+	}()
+
+	if err := e.ensureImage(ctx, project, svc, o.Build); err != nil {
+		return 0, err
+	}
+
+	var timedOut atomic.Bool
+	if o.Timeout > 0 {
+		timer := time.AfterFunc(o.Timeout, func() {
+			timedOut.Store(true)
+			kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer kcancel()
+			e.kill(kctx, project.Name)
+		})
+		defer timer.Stop()
+	}
+
+	code, err = e.compose.RunOneOffContainer(ctx, project, api.RunOptions{
+		Project:     project,
+		Service:     generator.Service,
+		AutoRemove:  true,
+		Tty:         o.TTY,
+		Interactive: o.Interactive,
+		NoDeps:      true,
+	})
+	// The SDK reset the process's signal handlers; take them back at once.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	switch {
+	case timedOut.Load():
+		return 124, fmt.Errorf("stopped after %s: %w", o.Timeout, ErrTimeout)
+	case err != nil && caught.Load() != nil:
+		s := caught.Load().(os.Signal)
+		return 128 + int(s.(syscall.Signal)), fmt.Errorf("%w by %v while starting", ErrInterrupted, s)
+	case err != nil:
+		return 0, fmt.Errorf("running sandbox %s: %w", project.Name, err)
+	}
+	return code, nil
+}
+
+// prepare copies the project, fills in the passed variables' values from the
+// launcher's environment and labels everything with the launcher.
+func prepare(project *types.Project, o RunOptions) (*types.Project, types.ServiceConfig, error) {
+	p, err := project.WithServicesTransform(func(name string, s types.ServiceConfig) (types.ServiceConfig, error) { return s, nil })
+	if err != nil {
+		return nil, types.ServiceConfig{}, err
+	}
+	svc, ok := p.Services[generator.Service]
+	if !ok {
+		return nil, types.ServiceConfig{}, fmt.Errorf("project %s has no %s service", p.Name, generator.Service)
+	}
+	lookup := o.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	env := types.MappingWithEquals{}
+	for k, v := range svc.Environment {
+		if v != nil {
+			env[k] = v
+		} else if val, ok := lookup(k); ok {
+			env[k] = &val
+		}
+	}
+	svc.Environment = env
+	launcher := launcherLabels(p.Name)
+	labels := types.Labels{}
+	maps.Copy(labels, svc.Labels)
+	maps.Copy(labels, launcher)
+	svc.Labels = labels
+	p.Services[generator.Service] = svc
+	nets := types.Networks{}
+	for name, n := range p.Networks {
+		labels := types.Labels{}
+		maps.Copy(labels, n.Labels)
+		maps.Copy(labels, launcher)
+		n.Labels = labels
+		nets[name] = n
+	}
+	p.Networks = nets
+	return p, svc, nil
+}
+
+// Labels that tie a sandbox's resources to the launcher that made them.
+const (
+	LabelProject = "dev.propio-sandbox.project"
+	LabelPID     = "dev.propio-sandbox.launcher-pid"
+	LabelHost    = "dev.propio-sandbox.launcher-host"
+)
+
+func launcherLabels(project string) types.Labels {
+	host, _ := os.Hostname()
+	return types.Labels{
+		LabelProject: project,
+		LabelPID:     strconv.Itoa(os.Getpid()),
+		LabelHost:    host,
+	}
+}
+
+// ensureImage fails fast, naming the image, when it is not on the engine:
+// propio-sandbox never pulls behind the user's back. With build, it builds
+// the image when the project says how.
+func (e *Engine) ensureImage(ctx context.Context, project *types.Project, svc types.ServiceConfig, build bool) error {
+	if build && svc.Build != nil {
+		return e.Build(ctx, project)
+	}
+	_, err := e.cli.Client().ImageInspect(ctx, svc.Image)
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("image %s: %w", svc.Image, ErrImageMissing)
+	}
+	if err != nil {
+		return fmt.Errorf("looking up image %s: %w", svc.Image, err)
+	}
+	return nil
+}
+
+// Build builds the image of the project's agent service, showing progress on
+// the launcher's error stream.
+func (e *Engine) Build(ctx context.Context, project *types.Project) error {
+	svc, ok := project.Services[generator.Service]
+	if !ok || svc.Build == nil {
+		return fmt.Errorf("the profile has no build section: nothing to build")
+	}
+	err := e.compose.Build(ctx, project, api.BuildOptions{Services: []string{generator.Service}, Progress: "plain"})
+	if err != nil {
+		return fmt.Errorf("building %s: %w", svc.Image, err)
+	}
+	return nil
+}
+
+// kill stops the project's containers at once.
+func (e *Engine) kill(ctx context.Context, project string) {
+	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
+		Filters: make(client.Filters).Add("label", LabelProject+"="+project),
+	})
+	if err != nil {
+		return
+	}
+	for _, c := range list.Items {
+		e.cli.Client().ContainerKill(ctx, c.ID, client.ContainerKillOptions{Signal: "KILL"})
+	}
+}
