@@ -74,6 +74,22 @@ func TestLayering(t *testing.T) {
 			t.Errorf("internal/profile imports %s", imp)
 		}
 	}
+	// One engine package: only internal/engine talks to a container engine.
+	// Test support stays out of the product.
+	for path, p := range pkgs {
+		for _, imp := range p.Imports {
+			engineAPI := strings.HasPrefix(imp, "github.com/docker/compose/") || strings.HasPrefix(imp, "github.com/moby/moby/client") ||
+				strings.HasPrefix(imp, "github.com/docker/cli/")
+			if engineAPI && path != module+"/internal/engine" {
+				t.Errorf("%s imports %s; only internal/engine may talk to the engine", path, imp)
+			}
+		}
+		for _, dep := range p.Deps {
+			if dep == module+"/internal/testenv" {
+				t.Errorf("%s depends on internal/testenv, which is for tests only", path)
+			}
+		}
+	}
 	for path, p := range pkgs {
 		if path == module+"/cmd/propio-sandbox" || path == module+"/internal/cli" {
 			continue
