@@ -1,0 +1,209 @@
+// Package e2e holds the end-to-end tests: they run the real propio-sandbox
+// binary against a real engine and observe what happens (a file really is
+// unreadable, a container really is gone). Without a reachable engine they
+// skip, saying why, unless PROPIO_E2E=require, when they fail instead.
+//
+// Images come from nowhere but this machine: the probe image is FROM scratch
+// with a static Go helper (e2e/probe). Network tests only reach servers the
+// test started itself.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
+)
+
+// ProbeImage is the image every scenario runs: FROM scratch plus /probe.
+const ProbeImage = testenv.ProbeImage
+
+// launcher is the propio-sandbox binary under test, set by requireEngine.
+var launcher string
+
+// TestMain removes the built binaries when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}
+
+// requireEngine skips the test when no engine is reachable, or fails it
+// when PROPIO_E2E=require; then it has the launcher and the probe image
+// built, once for the whole run.
+func requireEngine(t *testing.T) {
+	t.Helper()
+	launcher = testenv.RequireEngine(t)
+}
+
+func repoRoot() string { return testenv.RepoRoot() }
+
+// sandbox is one test's world: a workspace and a home of its own, so that
+// its resources can be found by their workspace label and nothing of the
+// real user is touched.
+type sandbox struct {
+	t         *testing.T
+	Workspace string // the directory propio-sandbox runs in
+	Home      string // HOME, with XDG_CONFIG_HOME and XDG_STATE_HOME below it
+	Env       []string
+}
+
+// newSandbox makes a workspace and home for one test, and checks in cleanup
+// that nothing of the workspace's sandboxes remains on the engine.
+func newSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	requireEngine(t)
+	base := t.TempDir()
+	if real, err := filepath.EvalSymlinks(base); err == nil {
+		base = real
+	}
+	s := &sandbox{t: t, Workspace: filepath.Join(base, "workspace"), Home: filepath.Join(base, "home")}
+	for _, d := range []string{s.Workspace, s.Home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + s.Home,
+		"XDG_CONFIG_HOME=" + filepath.Join(s.Home, ".config"),
+		"XDG_STATE_HOME=" + filepath.Join(s.Home, ".local", "state"),
+		"PROPIO_HOME=" + repoRoot(),
+	}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		s.Env = append(s.Env, "DOCKER_HOST="+h)
+	}
+	t.Cleanup(func() {
+		if left := s.Leftovers(); len(left) > 0 {
+			t.Errorf("resources left behind for %s: %v", s.Workspace, left)
+			s.forceRemove()
+		}
+	})
+	return s
+}
+
+// Profile writes a profile file outside the workspace and returns its path.
+// The image defaults to the probe's.
+func (s *sandbox) Profile(yaml string) string {
+	s.t.Helper()
+	if !strings.Contains(yaml, "image:") {
+		yaml = "image: " + ProbeImage + "\n" + yaml
+	}
+	dir, err := os.MkdirTemp(s.Home, "profile-")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	path := filepath.Join(dir, "profile.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	return path
+}
+
+// Result is how one launcher run ended.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+}
+
+// Run runs propio-sandbox with args in the workspace, stdin from stdin (nil
+// for none), bounded by two minutes.
+func (s *sandbox) Run(stdin string, args ...string) Result {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := s.Command(ctx, args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := Result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		s.t.Fatalf("running propio-sandbox %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		s.t.Fatalf("propio-sandbox %v did not finish in 2 minutes:\n%s", args, r)
+	}
+	return r
+}
+
+// Command prepares a launcher process in the workspace with the test's
+// environment (nothing else of the real one).
+func (s *sandbox) Command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, launcher, args...)
+	cmd.Dir = s.Workspace
+	cmd.Env = append([]string(nil), s.Env...)
+	return cmd
+}
+
+// Leftovers lists the containers, networks and volumes that carry this
+// workspace's label.
+func (s *sandbox) Leftovers() []string {
+	label := "label=dev.propio-sandbox.workspace=" + s.Workspace
+	var left []string
+	for _, kind := range [][]string{
+		{"ps", "-a", "--filter", label, "--format", "container {{.Names}} {{.Status}}"},
+		{"network", "ls", "--filter", label, "--format", "network {{.Name}}"},
+		{"volume", "ls", "--filter", label, "--format", "volume {{.Name}}"},
+	} {
+		out, err := docker(kind...)
+		if err != nil {
+			s.t.Errorf("listing leftovers: %v", err)
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if l != "" {
+				left = append(left, l)
+			}
+		}
+	}
+	return left
+}
+
+func (s *sandbox) forceRemove() {
+	label := "label=dev.propio-sandbox.workspace=" + s.Workspace
+	if ids, _ := docker("ps", "-aq", "--filter", label); strings.TrimSpace(ids) != "" {
+		docker(append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
+	}
+	if ids, _ := docker("network", "ls", "-q", "--filter", label); strings.TrimSpace(ids) != "" {
+		docker(append([]string{"network", "rm"}, strings.Fields(ids)...)...)
+	}
+	if ids, _ := docker("volume", "ls", "-q", "--filter", label); strings.TrimSpace(ids) != "" {
+		docker(append([]string{"volume", "rm", "-f"}, strings.Fields(ids)...)...)
+	}
+}
+
+// docker runs the docker CLI for the tests' own observations.
+func docker(args ...string) (string, error) { return testenv.Docker(args...) }
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+// randomID is a short random hex string, for unique names.
+func randomID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,129 @@
+// Command probe is the end-to-end tests' stand-in for an agent. It runs as
+// the entrypoint of a FROM scratch image and does one thing per call, so a
+// test can observe what the sandbox allows:
+//
+//	probe id                  print uid=U gid=G cwd=DIR home=HOME
+//	probe env NAME...         print NAME=value, or NAME unset, for each
+//	probe read PATH           print the file, or the error
+//	probe write PATH TEXT     write TEXT to PATH (creating it), or print the error
+//	probe ls PATH             list a directory, one name a line
+//	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
+//	probe cat                 copy stdin to stdout
+//	probe tty                 print whether stdin and stdout are terminals
+//	probe sleep DURATION      sleep, printing "ready" first; on SIGTERM or SIGINT print it and exit 143 or 130
+//	probe exit N              exit with status N
+//
+// A failing operation prints "error: ..." and exits 1.
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(fmt.Errorf("usage: probe COMMAND [ARG...]"))
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "id":
+		wd, _ := os.Getwd()
+		fmt.Printf("uid=%d gid=%d cwd=%s home=%s\n", os.Getuid(), os.Getgid(), wd, os.Getenv("HOME"))
+	case "env":
+		for _, name := range args {
+			if v, ok := os.LookupEnv(name); ok {
+				fmt.Printf("%s=%s\n", name, v)
+			} else {
+				fmt.Printf("%s unset\n", name)
+			}
+		}
+	case "read":
+		need(args, 1)
+		data, err := os.ReadFile(args[0])
+		check(err)
+		os.Stdout.Write(data)
+	case "write":
+		need(args, 2)
+		check(os.WriteFile(args[0], []byte(args[1]), 0o644))
+		fmt.Println("wrote", args[0])
+	case "ls":
+		need(args, 1)
+		entries, err := os.ReadDir(args[0])
+		check(err)
+		names := make([]string, len(entries))
+		for i, e := range entries {
+			names[i] = e.Name()
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Println(n)
+		}
+	case "connect":
+		need(args, 1)
+		conn, err := net.DialTimeout("tcp", args[0], 5*time.Second)
+		check(err)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 256)
+		n, _ := conn.Read(buf)
+		conn.Close()
+		fmt.Printf("connected: %s\n", buf[:n])
+	case "cat":
+		_, err := io.Copy(os.Stdout, os.Stdin)
+		check(err)
+	case "tty":
+		fmt.Printf("stdin=%v stdout=%v\n", isTTY(os.Stdin), isTTY(os.Stdout))
+	case "sleep":
+		need(args, 1)
+		d, err := time.ParseDuration(args[0])
+		check(err)
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		fmt.Println("ready")
+		select {
+		case s := <-sigs:
+			fmt.Println("got", s)
+			os.Exit(128 + int(s.(syscall.Signal)))
+		case <-time.After(d):
+			fmt.Println("slept")
+		}
+	case "exit":
+		need(args, 1)
+		n, err := strconv.Atoi(args[0])
+		check(err)
+		os.Exit(n)
+	default:
+		fail(fmt.Errorf("unknown command %q", os.Args[1]))
+	}
+}
+
+func isTTY(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func need(args []string, n int) {
+	if len(args) < n {
+		fail(fmt.Errorf("need %d argument(s)", n))
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Printf("error: %v\n", err)
+	os.Exit(1)
+}

@@ -1,0 +1,142 @@
+// Package testenv prepares what the end-to-end tests and the benchmarks need
+// from a real engine: the propio-sandbox binary under test and the probe
+// image (FROM scratch plus the static helper in e2e/probe). Nothing is
+// pulled: images are built here. It is test support, imported only by tests.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ProbeImage is the image the tests run: FROM scratch plus /probe.
+const ProbeImage = "propio-sandbox-e2e/probe:latest"
+
+var (
+	once     sync.Once
+	err      error
+	launcher string
+	dir      string
+
+	launcherOnce sync.Once
+	launcherErr  error
+)
+
+// RepoRoot is the module's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
+}
+
+// EngineReason returns why no engine is reachable, or "" when one is.
+func EngineReason() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput()
+	if err != nil {
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return fmt.Sprintf("no container engine reachable (docker info: %v: %s)", err, line)
+	}
+	return ""
+}
+
+// RequireEngine skips tb when no engine is reachable, or fails it when
+// PROPIO_E2E=require. Then it builds the launcher and the probe image, once
+// per test binary, and returns the launcher's path.
+func RequireEngine(tb testing.TB) string {
+	tb.Helper()
+	if reason := EngineReason(); reason != "" {
+		if os.Getenv("PROPIO_E2E") == "require" {
+			tb.Fatalf("PROPIO_E2E=require, but %s", reason)
+		}
+		tb.Skipf("skipping: %s; set PROPIO_E2E=require to fail instead", reason)
+	}
+	once.Do(func() { err = setup() })
+	if err != nil {
+		tb.Fatalf("setting up the end-to-end environment: %v", err)
+	}
+	return launcher
+}
+
+// Launcher builds the propio-sandbox binary, once per test binary, and
+// returns its path. It needs no engine: tests of what the launcher says when
+// there is none use it.
+func Launcher(tb testing.TB) string {
+	tb.Helper()
+	launcherOnce.Do(func() { launcherErr = buildLauncher() })
+	if launcherErr != nil {
+		tb.Fatalf("building propio-sandbox: %v", launcherErr)
+	}
+	return launcher
+}
+
+// Cleanup removes the built binaries; call it from TestMain after m.Run.
+func Cleanup() {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
+
+// buildLauncher builds propio-sandbox into dir, making dir when needed.
+func buildLauncher() error {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "propio-e2e-build-")
+		if err != nil {
+			return err
+		}
+		dir = d
+	}
+	launcher = filepath.Join(dir, "propio-sandbox")
+	build := exec.Command("go", "build", "-o", launcher, "./cmd/propio-sandbox")
+	build.Dir = RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	return nil
+}
+
+func setup() error {
+	launcherOnce.Do(func() { launcherErr = buildLauncher() })
+	if launcherErr != nil {
+		return fmt.Errorf("building propio-sandbox: %w", launcherErr)
+	}
+	root := RepoRoot()
+	ctxDir := filepath.Join(dir, "probe-image")
+	if err := os.MkdirAll(ctxDir, 0o755); err != nil {
+		return err
+	}
+	probe := exec.Command("go", "build", "-o", filepath.Join(ctxDir, "probe"), "./e2e/probe")
+	probe.Dir = root
+	probe.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := probe.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the probe: %v\n%s", err, out)
+	}
+	dockerfile := "FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n"
+	if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		return err
+	}
+	if _, err := Docker("build", "-q", "-t", ProbeImage, ctxDir); err != nil {
+		return fmt.Errorf("building the probe image: %w", err)
+	}
+	return nil
+}
+
+// Docker runs the docker CLI for a test's own observations, bounded by five
+// minutes (an image build is the longest).
+func Docker(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
