@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -71,12 +70,8 @@ func (e env) project(p *profile.Profile, command []string, projectName string) (
 	if err != nil {
 		return nil, err
 	}
-	project, err := generator.Generate(p, host, generator.Options{Project: projectName, Command: command})
-	var list profile.List
-	if errors.As(err, &list) {
-		return nil, fmt.Errorf("profile %s: %w", p.Meta.File, err)
-	}
-	return project, err
+	// Its errors name the profile file, line and column already.
+	return generator.Generate(p, host, generator.Options{Project: projectName, Command: command})
 }
 
 // missingRequired lists the required variables the launcher's environment lacks.

@@ -92,7 +92,10 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	if ping.APIVersion != "" && versionLess(ping.APIVersion, MinAPIVersion) {
 		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, ping.APIVersion, MinAPIVersion, ErrEngineTooOld)
 	}
-	svc, err := compose.NewComposeService(cli, compose.WithStreams(s.Out, s.Err, s.In))
+	// The service takes its streams from the CLI, which keeps stdin the
+	// terminal it is: compose.WithStreams would wrap it, and the SDK would
+	// then refuse a TTY ("stdin is not a terminal").
+	svc, err := compose.NewComposeService(cli)
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
