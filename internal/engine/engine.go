@@ -52,6 +52,7 @@ type Streams struct {
 type Engine struct {
 	Host    string
 	cli     *command.DockerCli
+	api     *apiClient
 	compose api.Compose
 }
 
@@ -72,7 +73,12 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 			return nil, err
 		}
 	}
-	opts := []command.CLIOption{command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
+	base, err := client.New(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", host, err)
+	}
+	api := &apiClient{APIClient: base}
+	opts := []command.CLIOption{command.WithAPIClient(api), command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
 	if s.In != nil {
 		opts = append(opts, command.WithInputStream(s.In))
 	}
@@ -99,7 +105,7 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
-	return &Engine{Host: host, cli: cli, compose: svc}, nil
+	return &Engine{Host: host, cli: cli, api: api, compose: svc}, nil
 }
 
 // Close releases the connection.

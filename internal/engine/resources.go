@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,7 +58,11 @@ func (e *Engine) Remove(ctx context.Context, project string) error {
 	return errors.Join(errs...)
 }
 
-func gone(err error) bool { return cerrdefs.IsNotFound(err) }
+// gone reports whether a removal failed only because the thing is gone, or
+// is being removed by someone else (AutoRemove, or another gc).
+func gone(err error) bool {
+	return cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress")
+}
 
 // waitGone waits, a bounded time, until no container matches filters.
 func (e *Engine) waitGone(ctx context.Context, filters client.Filters) error {

@@ -16,7 +16,9 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/compose/v5/pkg/api"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	mobysignal "github.com/moby/sys/signal"
 	"github.com/propio/propio-sandbox/generator"
 )
 
@@ -47,35 +49,66 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		return 0, err
 	}
 
-	// Until the SDK takes the signals over, a signal cancels the run.
+	// Signals. The SDK resets the process's handlers inside
+	// RunOneOffContainer and forwards signals to the container once it runs;
+	// a signal before that would be lost (a container that is created but not
+	// started cannot be signalled), or take its default action and kill the
+	// launcher before its teardown. So the launcher keeps its own channel
+	// registered for the whole run, re-arming it after the SDK's reset, and
+	// acts only on a sandbox that is not running yet.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sigs := make(chan os.Signal, 16)
-	var caught atomic.Value
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	var interrupted atomic.Value // the signal that stopped the start, if one did
+	done := make(chan struct{})
 	var watch sync.WaitGroup
 	watch.Add(1)
 	go func() {
 		defer watch.Done()
-		select {
-		case s := <-sigs:
-			caught.Store(s)
-			cancel()
-		case <-ctx.Done():
+		rearm := time.NewTicker(20 * time.Millisecond)
+		defer rearm.Stop()
+		for {
+			select {
+			case s := <-sigs:
+				if e.stopUnstarted(project.Name) {
+					interrupted.CompareAndSwap(nil, s)
+					cancel()
+				}
+			case <-rearm.C:
+				signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+			case <-done:
+				return
+			}
 		}
 	}()
 
+	// A signal the SDK forwards to a sandbox that is not running yet.
+	e.api.onNotRunning(func(sig string) {
+		if e.stopUnstarted(project.Name) {
+			s, err := mobysignal.ParseSignal(sig)
+			if err != nil {
+				s = syscall.SIGINT
+			}
+			interrupted.CompareAndSwap(nil, os.Signal(s))
+			cancel()
+		}
+	})
+	defer e.api.onNotRunning(nil)
+
 	defer func() {
-		// The teardown always runs, and a signal during it does not stop it.
+		// The teardown always runs, and a signal during it does not stop it:
+		// sigs stays registered, unread, until the teardown is over.
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		cancel()
+		close(done)
 		watch.Wait()
+		cancel()
 		tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer tcancel()
 		rerr := e.Remove(tctx, project.Name)
 		signal.Stop(sigs)
 		// A signal before the container ran shows as a cancelled context.
-		if s, ok := caught.Load().(os.Signal); ok && (errors.Is(err, context.Canceled) || err == nil && code == 0) {
+		if s, ok := interrupted.Load().(os.Signal); ok && (errors.Is(err, context.Canceled) || err == nil && code == 0) {
 			code, err = 128+int(s.(syscall.Signal)), fmt.Errorf("%w by %v", ErrInterrupted, s)
 		}
 		if rerr != nil {
@@ -106,13 +139,13 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		Interactive: o.Interactive,
 		NoDeps:      true,
 	})
-	// The SDK reset the process's signal handlers; take them back at once.
+	// The SDK stopped its own signal channel; ours must be the one armed.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	switch {
 	case timedOut.Load():
 		return 124, fmt.Errorf("stopped after %s: %w", o.Timeout, ErrTimeout)
-	case err != nil && caught.Load() != nil:
-		s := caught.Load().(os.Signal)
+	case err != nil && interrupted.Load() != nil:
+		s := interrupted.Load().(os.Signal)
 		return 128 + int(s.(syscall.Signal)), fmt.Errorf("%w by %v while starting", ErrInterrupted, s)
 	case err != nil:
 		return 0, fmt.Errorf("running sandbox %s: %w", project.Name, err)
@@ -220,4 +253,29 @@ func (e *Engine) kill(ctx context.Context, project string) {
 	for _, c := range list.Items {
 		e.cli.Client().ContainerKill(ctx, c.ID, client.ContainerKillOptions{Signal: "KILL"})
 	}
+}
+
+// stopUnstarted handles a signal that reached the launcher: when the sandbox
+// is not running yet (nothing created, or a container created but not
+// started), it removes what there is and reports true, so the start stops.
+// A running container gets the signal from the SDK, and is left alone.
+func (e *Engine) stopUnstarted(project string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", LabelProject+"="+project),
+	})
+	if err != nil {
+		return true // cannot tell: stopping is the safe answer to a signal
+	}
+	stopped := true
+	for _, c := range list.Items {
+		if c.State != container.StateCreated {
+			stopped = false
+			continue
+		}
+		e.cli.Client().ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+	}
+	return stopped
 }
