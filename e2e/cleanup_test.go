@@ -110,27 +110,11 @@ func TestCleanupTimeout(t *testing.T) {
 // still find and remove the container.
 func TestCleanupInterruptDuringCreate(t *testing.T) {
 	s := newSandbox(t)
-	p := s.Profile("network: {mode: none}\n")
-	px := cleanupStartProxy(t, "/containers/create", holdResponse)
-	s.Env = append(s.Env, "DOCKER_HOST=unix://"+px.socket)
-
-	l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
-	select {
-	case <-px.seen:
-	case <-l.done:
-		t.Fatalf("the launcher ended before it created a container:\n%s", l.result())
-	case <-time.After(time.Minute):
-		l.kill()
-		t.Fatalf("the proxy saw no container create within a minute:\n%s", l.result())
-	}
-	if left := s.Leftovers(); len(left) == 0 {
-		t.Errorf("the engine has no container while the create's response is held; the test proves nothing")
-	}
-	l.signal(t, syscall.SIGINT)
-	time.Sleep(200 * time.Millisecond)
-	close(px.release)
-	r := l.wait(t, time.Minute)
-	t.Logf("interrupted during create:\n%s", r)
+	r, _ := cleanupInterruptAt(t, s, "/containers/create", holdResponse, "created a container", func() {
+		if left := s.Leftovers(); len(left) == 0 {
+			t.Errorf("the engine has no container while the create's response is held; the test proves nothing")
+		}
+	})
 	if left := s.Leftovers(); len(left) > 0 {
 		t.Errorf("the container created as the launcher was interrupted remains: %v\n%s", left, r)
 	}
@@ -152,26 +136,7 @@ func TestCleanupInterruptDuringCreate(t *testing.T) {
 // would have ended a minute later, and removes the container.
 func TestCleanupInterruptDuringStart(t *testing.T) {
 	s := newSandbox(t)
-	p := s.Profile("network: {mode: none}\n")
-	px := cleanupStartProxy(t, "/attach", holdRequest)
-	s.Env = append(s.Env, "DOCKER_HOST=unix://"+px.socket)
-
-	l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
-	select {
-	case <-px.seen:
-	case <-l.done:
-		t.Fatalf("the launcher ended before it attached to a container:\n%s", l.result())
-	case <-time.After(time.Minute):
-		l.kill()
-		t.Fatalf("the proxy saw no attach within a minute:\n%s", l.result())
-	}
-	l.signal(t, syscall.SIGINT)
-	time.Sleep(200 * time.Millisecond)
-	close(px.release)
-	start := time.Now()
-	r := l.wait(t, 2*time.Minute)
-	took := time.Since(start)
-	t.Logf("interrupted during start, ended %s after:\n%s", took.Round(time.Millisecond), r)
+	r, took := cleanupInterruptAt(t, s, "/attach", holdRequest, "attached to a container", nil)
 	if left := s.Leftovers(); len(left) > 0 {
 		t.Errorf("the launcher exited while these remained: %v", left)
 	}
@@ -181,6 +146,39 @@ func TestCleanupInterruptDuringStart(t *testing.T) {
 	if r.Code == 0 {
 		t.Errorf("want a non-zero exit after SIGINT:\n%s", r)
 	}
+}
+
+// cleanupInterruptAt runs `run -- sleep 1m` through a proxy that holds the
+// engine call to path (before the engine has it, or once it has answered),
+// calls whileHeld (if any) during the hold, sends the launcher SIGINT, lets
+// the call go 200ms later, and returns how the launcher ended and how long
+// it took after the release. what names the step in failures.
+func cleanupInterruptAt(t *testing.T, s *sandbox, path string, hold cleanupHold, what string, whileHeld func()) (Result, time.Duration) {
+	t.Helper()
+	p := s.Profile("network: {mode: none}\n")
+	px := cleanupStartProxy(t, path, hold)
+	s.Env = append(s.Env, "DOCKER_HOST=unix://"+px.socket)
+
+	l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
+	select {
+	case <-px.seen:
+	case <-l.done:
+		t.Fatalf("the launcher ended before it %s:\n%s", what, l.result())
+	case <-time.After(time.Minute):
+		l.kill()
+		t.Fatalf("the proxy saw no %s within a minute:\n%s", path, l.result())
+	}
+	if whileHeld != nil {
+		whileHeld()
+	}
+	l.signal(t, syscall.SIGINT)
+	time.Sleep(200 * time.Millisecond)
+	close(px.release)
+	start := time.Now()
+	r := l.wait(t, 2*time.Minute)
+	took := time.Since(start)
+	t.Logf("interrupted at %s, ended %s after the release:\n%s", path, took.Round(time.Millisecond), r)
+	return r, took
 }
 
 // TestCleanupKilledLauncher: a SIGKILLed launcher cannot clean up; `gc` and

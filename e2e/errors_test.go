@@ -28,23 +28,7 @@ import (
 func errorsSandbox(t *testing.T) *sandbox {
 	t.Helper()
 	launcher = testenv.Launcher(t)
-	base := t.TempDir()
-	if real, err := filepath.EvalSymlinks(base); err == nil {
-		base = real
-	}
-	s := &sandbox{t: t, Workspace: filepath.Join(base, "workspace"), Home: filepath.Join(base, "home")}
-	for _, d := range []string{s.Workspace, s.Home} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + s.Home,
-		"XDG_CONFIG_HOME=" + filepath.Join(s.Home, ".config"),
-		"XDG_STATE_HOME=" + filepath.Join(s.Home, ".local", "state"),
-		"PROPIO_HOME=" + repoRoot(),
-	}
+	s := makeSandbox(t)
 	return s
 }
 

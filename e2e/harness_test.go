@@ -63,6 +63,22 @@ type sandbox struct {
 func newSandbox(t *testing.T) *sandbox {
 	t.Helper()
 	requireEngine(t)
+	s := makeSandbox(t)
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		s.Env = append(s.Env, "DOCKER_HOST="+h)
+	}
+	t.Cleanup(func() {
+		if left := s.Leftovers(); len(left) > 0 {
+			t.Errorf("resources left behind for %s: %v", s.Workspace, left)
+			s.forceRemove()
+		}
+	})
+	return s
+}
+
+// makeSandbox makes the workspace, home and environment of one test.
+func makeSandbox(t *testing.T) *sandbox {
+	t.Helper()
 	base := t.TempDir()
 	if real, err := filepath.EvalSymlinks(base); err == nil {
 		base = real
@@ -80,15 +96,6 @@ func newSandbox(t *testing.T) *sandbox {
 		"XDG_STATE_HOME=" + filepath.Join(s.Home, ".local", "state"),
 		"PROPIO_HOME=" + repoRoot(),
 	}
-	if h := os.Getenv("DOCKER_HOST"); h != "" {
-		s.Env = append(s.Env, "DOCKER_HOST="+h)
-	}
-	t.Cleanup(func() {
-		if left := s.Leftovers(); len(left) > 0 {
-			t.Errorf("resources left behind for %s: %v", s.Workspace, left)
-			s.forceRemove()
-		}
-	})
 	return s
 }
 
@@ -130,6 +137,13 @@ func (s *sandbox) Run(stdin string, args ...string) Result {
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
+	return runCmd(s.t, ctx, cmd)
+}
+
+// runCmd runs a prepared command, bounded by its context, and returns how it
+// ended; it fails the test when the command could not run or ran out of time.
+func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd) Result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -139,10 +153,10 @@ func (s *sandbox) Run(stdin string, args ...string) Result {
 	case errors.As(err, &ee):
 		r.Code = ee.ExitCode()
 	case err != nil:
-		s.t.Fatalf("running propio-sandbox %v: %v", args, err)
+		t.Fatalf("running %v: %v", cmd.Args, err)
 	}
 	if ctx.Err() != nil {
-		s.t.Fatalf("propio-sandbox %v did not finish in 2 minutes:\n%s", args, r)
+		t.Fatalf("%v did not finish in time:\n%s", cmd.Args, r)
 	}
 	return r
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -59,27 +58,6 @@ func isolationOwner(t *testing.T, path string) (uid, gid uint32) {
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	return st.Uid, st.Gid
-}
-
-// isolationRunCmd runs a prepared launcher command, bounded by its context, and
-// returns how it ended.
-func isolationRunCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd) Result {
-	t.Helper()
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := Result{Stdout: out.String(), Stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running %v: %v", cmd.Args, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("%v did not finish in time:\n%s", cmd.Args, r)
-	}
-	return r
 }
 
 // TestIsolationWorkspace: the workspace is /workspace, the working directory;
@@ -138,7 +116,7 @@ func TestIsolationOwnership(t *testing.T) {
 			cmd := s.Command(ctx, append([]string{"run", "-p", p, "--"}, args...)...)
 			cmd.Path, cmd.Args[0] = bin, bin
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{sockGID}}}
-			return isolationRunCmd(t, ctx, cmd)
+			return runCmd(t, ctx, cmd)
 		}
 
 		r := run("id")

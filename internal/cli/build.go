@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -26,14 +27,11 @@ func newBuild(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx := context.Background()
-			eng, err := connect(ctx, a)
+			err = a.withEngine(func(ctx context.Context, eng *engine.Engine) error {
+				fmt.Fprintf(a.stderr, "%s: building %s from %s\n", name, p.Image, project.Services[generator.Service].Build.Context)
+				return eng.Build(ctx, project)
+			})
 			if err != nil {
-				return err
-			}
-			defer eng.Close()
-			fmt.Fprintf(a.stderr, "%s: building %s from %s\n", name, p.Image, project.Services[generator.Service].Build.Context)
-			if err := eng.Build(ctx, project); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "built %s\n", p.Image)

@@ -19,13 +19,11 @@ func newLs(a *app) *cobra.Command {
 		Short: "List the sandboxes on the engine: project, workspace, profile, launcher, state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := context.Background()
-			eng, err := connect(ctx, a)
-			if err != nil {
+			var list []engine.Sandbox
+			err := a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
+				list, err = eng.List(ctx)
 				return err
-			}
-			defer eng.Close()
-			list, err := eng.List(ctx)
+			})
 			if err != nil {
 				return err
 			}
@@ -59,13 +57,11 @@ func newGC(a *app) *cobra.Command {
 		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := context.Background()
-			eng, err := connect(ctx, a)
-			if err != nil {
+			var removed []string
+			err := a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
+				removed, err = eng.GC(ctx)
 				return err
-			}
-			defer eng.Close()
-			removed, err := eng.GC(ctx)
+			})
 			for _, p := range removed {
 				fmt.Fprintf(a.stdout, "removed %s\n", p)
 			}

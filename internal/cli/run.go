@@ -86,37 +86,41 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		return err
 	}
 
+	return a.withEngine(func(ctx context.Context, eng *engine.Engine) error {
+		// Leftovers of launchers that were killed before they could clean up.
+		if removed, err := eng.GC(ctx); err != nil {
+			fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, err)
+		} else if len(removed) > 0 {
+			fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
+		}
+		code, err := eng.Run(ctx, project, engine.RunOptions{
+			TTY:         isTerminal(a.stdin) && isTerminal(a.stdout),
+			Interactive: true,
+			Timeout:     timeout,
+			Build:       f.build,
+		})
+		switch {
+		case err != nil && code != 0:
+			return withCode{engineHint(err, p, a.profile), code}
+		case err != nil:
+			return engineHint(err, p, a.profile)
+		case code != 0:
+			return exitCode(code)
+		}
+		return nil
+	})
+}
+
+// withEngine connects to the engine with the launcher's streams, calls fn,
+// and closes the connection.
+func (a *app) withEngine(fn func(context.Context, *engine.Engine) error) error {
 	ctx := context.Background()
 	eng, err := connect(ctx, a)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	// Leftovers of launchers that were killed before they could clean up.
-	if removed, err := eng.GC(ctx); err != nil {
-		fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, err)
-	} else if len(removed) > 0 {
-		fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
-	}
-
-	tty := isTerminal(a.stdin) && isTerminal(a.stdout)
-	code, err := eng.Run(ctx, project, engine.RunOptions{
-		TTY:         tty,
-		Interactive: true,
-		Timeout:     timeout,
-		Build:       f.build,
-	})
-	if err != nil {
-		err = engineHint(err, p, a.profile)
-		if code != 0 {
-			return withCode{err, code}
-		}
-		return err
-	}
-	if code != 0 {
-		return exitCode(code)
-	}
-	return nil
+	return fn(ctx, eng)
 }
 
 // connect reaches the engine, with the launcher's streams.
