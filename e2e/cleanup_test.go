@@ -230,22 +230,7 @@ func TestCleanupKilledLauncher(t *testing.T) {
 	t.Run("concurrent gc", func(t *testing.T) {
 		project := killed(t)
 		const n = 4
-		results := make([]Result, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				cmd := s.Command(ctx, "gc")
-				var out, errb bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &errb
-				err := cmd.Run()
-				results[i] = Result{Stdout: out.String(), Stderr: errb.String(), Code: cleanupExitCode(err)}
-			}()
-		}
-		wg.Wait()
+		results := s.RunAll(n, "gc")
 		reported := false
 		for i, r := range results {
 			if r.Code != 0 || r.Stderr != "" {
@@ -267,34 +252,11 @@ func TestCleanupParallel(t *testing.T) {
 	s := newSandbox(t)
 	p := s.Profile("network: {mode: none}\n")
 	const n = 8
-	results := make([]Result, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := s.Command(ctx, "run", "-p", p, "--", "id")
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			results[i] = Result{Stdout: out.String(), Stderr: errb.String(), Code: cleanupExitCode(err)}
-			var ee *exec.ExitError
-			if err != nil && !errors.As(err, &ee) || ctx.Err() != nil {
-				errs[i] = errors.Join(err, ctx.Err())
-			}
-		}()
-	}
-	wg.Wait()
+	results := s.RunAll(n, "run", "-p", p, "--", "id")
 	if left := s.Leftovers(); len(left) > 0 {
 		t.Errorf("the launchers exited while these remained: %v", left)
 	}
 	for i, r := range results {
-		if errs[i] != nil {
-			t.Errorf("run %d: %v", i, errs[i])
-		}
 		if r.Code != 0 || !strings.Contains(r.Stdout, "cwd=/workspace") {
 			t.Errorf("run %d: want exit 0 and the probe's id from /workspace:\n%s", i, r)
 		}

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,21 +145,55 @@ func (s *sandbox) Run(stdin string, args ...string) Result {
 // ended; it fails the test when the command could not run or ran out of time.
 func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd) Result {
 	t.Helper()
+	r, err := execute(ctx, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// execute runs cmd and returns how it ended, or an error when it could not
+// run or ran out of time. It is safe to call from any goroutine.
+func execute(ctx context.Context, cmd *exec.Cmd) (Result, error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := Result{Stdout: out.String(), Stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
+	case ctx.Err() != nil:
+		return r, fmt.Errorf("%v did not finish in time:\n%s", cmd.Args, r)
 	case errors.As(err, &ee):
 		r.Code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("running %v: %v", cmd.Args, err)
+		return r, fmt.Errorf("running %v: %v", cmd.Args, err)
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("%v did not finish in time:\n%s", cmd.Args, r)
+	return r, nil
+}
+
+// RunAll runs n launchers with the same arguments at once, each bounded by
+// two minutes, and returns how each ended.
+func (s *sandbox) RunAll(n int, args ...string) []Result {
+	s.t.Helper()
+	results := make([]Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			results[i], errs[i] = execute(ctx, s.Command(ctx, args...))
+		}()
 	}
-	return r
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			s.t.Errorf("launcher %d of %d: %v", i+1, n, err)
+		}
+	}
+	return results
 }
 
 // Command prepares a launcher process in the workspace with the test's
