@@ -483,12 +483,7 @@ const (
 
 func cleanupStartProxy(t *testing.T, suffix string, when cleanupHold) *cleanupProxy {
 	t.Helper()
-	engine := "/var/run/docker.sock"
-	if h, ok := strings.CutPrefix(os.Getenv("DOCKER_HOST"), "unix://"); ok {
-		engine = h
-	} else if os.Getenv("DOCKER_HOST") != "" {
-		t.Skipf("the proxy forwards to a unix socket; DOCKER_HOST is %s", os.Getenv("DOCKER_HOST"))
-	}
+	engine := engineSocket(t)
 	dir, err := os.MkdirTemp("", "propio-proxy-") // short: socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)

@@ -242,6 +242,21 @@ func (s *sandbox) forceRemove() {
 	}
 }
 
+// engineSocket is the unix socket of the engine the tests use; a test that
+// needs the socket itself skips when the engine is reached another way.
+func engineSocket(t *testing.T) string {
+	t.Helper()
+	h := os.Getenv("DOCKER_HOST")
+	if h == "" {
+		return "/var/run/docker.sock"
+	}
+	path, isUnix := strings.CutPrefix(h, "unix://")
+	if !isUnix {
+		t.Skipf("needs the engine's unix socket; DOCKER_HOST is %s", h)
+	}
+	return path
+}
+
 // docker runs the docker CLI for the tests' own observations.
 func docker(args ...string) (string, error) { return testenv.Docker(args...) }
 

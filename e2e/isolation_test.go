@@ -139,12 +139,7 @@ func TestIsolationOwnership(t *testing.T) {
 // launcher needs to reach the engine.
 func isolationSocketGID(t *testing.T) uint32 {
 	t.Helper()
-	path := "/var/run/docker.sock"
-	if h, isUnix := strings.CutPrefix(os.Getenv("DOCKER_HOST"), "unix://"); isUnix {
-		path = h
-	} else if os.Getenv("DOCKER_HOST") != "" {
-		t.Skipf("DOCKER_HOST=%s is not a unix socket: cannot give uid 4242 access to it", os.Getenv("DOCKER_HOST"))
-	}
+	path := engineSocket(t)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Skipf("no engine socket to give uid 4242 access to: %v", err)
