@@ -26,7 +26,7 @@ var (
 // every upstream lookup and dial (there must be none).
 type dnsGateway struct {
 	udp, tcp string
-	log      *decisionLog
+	log      *entryLog
 
 	mu      sync.Mutex
 	lookups []string
@@ -47,7 +47,7 @@ func startDNS(t *testing.T, answer6 netip.Addr) *dnsGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &dnsGateway{log: &decisionLog{}}
+	g := &dnsGateway{log: &entryLog{}}
 	c := &Config{
 		Policy: p,
 		Log:    NewLogger(g.log),
@@ -84,7 +84,7 @@ func startDNS(t *testing.T, answer6 netip.Addr) *dnsGateway {
 		}
 	})
 	g.udp = pc.LocalAddr().String()
-	g.tcp = serveLoopback(t, d.ServeTCP)
+	g.tcp = startServing(t, d.ServeTCP)
 	return g
 }
 

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,53 +25,6 @@ import (
 
 	"github.com/propio/propio-sandbox/internal/egress"
 )
-
-// decisionLog collects the gateway's log entries for a test.
-type decisionLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *decisionLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *decisionLog) entries(t *testing.T) []Entry {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []Entry
-	dec := json.NewDecoder(bytes.NewReader(l.buf.Bytes()))
-	for dec.More() {
-		var e Entry
-		if err := dec.Decode(&e); err != nil {
-			t.Fatalf("decoding the log: %v", err)
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// waitFor returns the first entry for host with the given via, waiting up to
-// five seconds for the gateway to write it (a connection is logged when it
-// ends).
-func (l *decisionLog) waitFor(t *testing.T, via, host string) Entry {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		for _, e := range l.entries(t) {
-			if e.Via == via && e.Host == host {
-				return e
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s log entry for %q; the log: %+v", via, host, l.entries(t))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // loopbackNet is the gateway's view of the network in a test: names map to
 // addresses, every lookup and dial is recorded, and dials go only to
@@ -124,38 +75,14 @@ func (n *loopbackNet) calls() (resolved, dialed []string) {
 }
 
 // newTransparentConfig is a gateway config with these rules on n.
-func newTransparentConfig(t *testing.T, allow, deny []string, n *loopbackNet) (*Config, *decisionLog) {
+func newTransparentConfig(t *testing.T, allow, deny []string, n *loopbackNet) (*Config, *entryLog) {
 	t.Helper()
 	p, err := egress.ParsePolicy(allow, deny)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &decisionLog{}
+	log := &entryLog{}
 	return &Config{Policy: p, Profile: ".propio/sandbox.yaml", Resolve: n.resolve, Dial: n.dial, Log: NewLogger(log)}, log
-}
-
-// serveLoopback runs serve on a new loopback listener and returns its
-// address; cleanup closes the listener and checks that serve returns nil.
-func serveLoopback(t *testing.T, serve func(net.Listener) error) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- serve(l) }()
-	t.Cleanup(func() {
-		l.Close()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve returned %v after the listener closed, want nil", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("serve did not return within 5s of its listener closing")
-		}
-	})
-	return l.Addr().String()
 }
 
 // testCert is a self-signed certificate for names, valid for an hour.
@@ -221,7 +148,7 @@ func TestServeTLS(t *testing.T) {
 		port: portOf(t, upstream.URL),
 	}
 	c, log := newTransparentConfig(t, []string{"allowed.test", "rebind.test", "mixed.test"}, nil, n)
-	gw := serveLoopback(t, func(l net.Listener) error { return c.ServeTLS(l, 443) })
+	gw := startServing(t, func(l net.Listener) error { return c.ServeTLS(l, 443) })
 	roots := x509.NewCertPool()
 	roots.AddCert(upstream.Certificate())
 
@@ -335,7 +262,7 @@ func TestServeHostHTTP(t *testing.T) {
 		port:  portOf(t, upstream.URL),
 	}
 	c, log := newTransparentConfig(t, []string{"allowed.test", "rebind.test", "unresolvable.test"}, nil, n)
-	gw := serveLoopback(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
+	gw := startServing(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
 
 	// exchange sends a raw request to the gateway and reads the response.
 	exchange := func(t *testing.T, request string) (int, string) {
@@ -433,7 +360,7 @@ func TestServeHostHTTPClient(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	n := &loopbackNet{names: map[string][]netip.Addr{"allowed.test": loopback}, port: portOf(t, upstream.URL)}
 	c, _ := newTransparentConfig(t, []string{"allowed.test"}, nil, n)
-	gw := serveLoopback(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
+	gw := startServing(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -539,7 +466,7 @@ func TestServeForward(t *testing.T) {
 
 	t.Run("allowed", func(t *testing.T) {
 		t.Parallel()
-		gw := serveLoopback(t, func(l net.Listener) error { return c.ServeForward(l, "ssh.test", greetPort) })
+		gw := startServing(t, func(l net.Listener) error { return c.ServeForward(l, "ssh.test", greetPort) })
 		conn := dial(t, gw)
 		got, err := io.ReadAll(conn)
 		if err != nil || string(got) != "SSH-2.0-test\r\n" {
@@ -554,7 +481,7 @@ func TestServeForward(t *testing.T) {
 
 	t.Run("half-close", func(t *testing.T) {
 		t.Parallel()
-		gw := serveLoopback(t, func(l net.Listener) error { return c.ServeForward(l, "echo.test", echoPort) })
+		gw := startServing(t, func(l net.Listener) error { return c.ServeForward(l, "echo.test", echoPort) })
 		conn := dial(t, gw)
 		if _, err := io.WriteString(conn, "ping"); err != nil {
 			t.Fatal(err)
@@ -574,7 +501,7 @@ func TestServeForward(t *testing.T) {
 
 	t.Run("rule absent", func(t *testing.T) {
 		t.Parallel()
-		gw := serveLoopback(t, func(l net.Listener) error { return absent.ServeForward(l, "ssh.test", greetPort) })
+		gw := startServing(t, func(l net.Listener) error { return absent.ServeForward(l, "ssh.test", greetPort) })
 		if got := readRefused(t, gw); len(got) != 0 {
 			t.Fatalf("read %q through a denied forward, want nothing", got)
 		}
@@ -586,7 +513,7 @@ func TestServeForward(t *testing.T) {
 
 	t.Run("rebinding", func(t *testing.T) {
 		t.Parallel()
-		gw := serveLoopback(t, func(l net.Listener) error { return c.ServeForward(l, "rebind.test", greetPort) })
+		gw := startServing(t, func(l net.Listener) error { return c.ServeForward(l, "rebind.test", greetPort) })
 		if got := readRefused(t, gw); len(got) != 0 {
 			t.Fatalf("read %q, want nothing", got)
 		}
@@ -607,7 +534,7 @@ func TestServeRecoversPanics(t *testing.T) {
 	t.Parallel()
 	c, log := newTransparentConfig(t, []string{"ssh.test:22"}, nil, &loopbackNet{})
 	c.Resolve = func(context.Context, string) ([]netip.Addr, error) { panic("resolver broke") }
-	gw := serveLoopback(t, func(l net.Listener) error { return c.ServeForward(l, "ssh.test", 22) })
+	gw := startServing(t, func(l net.Listener) error { return c.ServeForward(l, "ssh.test", 22) })
 	for range 2 { // the server goes on after a panic
 		conn, err := net.DialTimeout("tcp", gw, 5*time.Second)
 		if err != nil {
