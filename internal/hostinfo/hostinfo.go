@@ -168,9 +168,10 @@ func emptyFile(dir string) (string, error) {
 }
 
 // Match finds the workspace entries that the readonly and hide patterns
-// select. A pattern without a slash matches a name at any depth; one with a
-// slash is matched against the path from the workspace root. Symbolic links
-// are not matched (inside the sandbox they cannot point out of it).
+// select. A pattern without a slash matches a name at any depth, which takes
+// a walk of the whole tree; one that starts with / or has a slash inside is
+// matched against the path from the workspace root, without a walk. Symbolic
+// links are not matched (inside the sandbox they cannot point out of it).
 func Match(workspace string, readonly, hide []string) ([]generator.Match, error) {
 	found := map[string]generator.Match{}
 	add := func(rel string, dir, isHide bool) {
@@ -190,11 +191,12 @@ func Match(workspace string, readonly, hide []string) ([]generator.Match, error)
 	}{{readonly, false}, {hide, true}} {
 		for _, pat := range list.pats {
 			pat = strings.TrimSuffix(pat, "/")
-			if !strings.Contains(pat, "/") {
+			anchored, rooted := strings.CutPrefix(pat, "/")
+			if !rooted && !strings.Contains(pat, "/") {
 				names = append(names, pattern{pat, list.hide})
 				continue
 			}
-			hits, err := filepath.Glob(filepath.Join(workspace, filepath.FromSlash(pat)))
+			hits, err := filepath.Glob(filepath.Join(workspace, filepath.FromSlash(anchored)))
 			if err != nil {
 				return nil, fmt.Errorf("matching %q: %w", pat, err)
 			}

@@ -35,11 +35,12 @@ func tree(t *testing.T, files ...string) string {
 func TestMatch(t *testing.T) {
 	t.Parallel()
 	ws := tree(t, ".env", ".env.prod", "a/b/.env", "a/b/key.pem", "node_modules/x/.env",
-		".git/hooks/pre-commit", ".git/config", "docs/.git/config", "secrets/inner/.env", "empty/")
+		".git/hooks/pre-commit", ".git/config", "docs/.git/config", "secrets/inner/.env", "empty/",
+		".propio/sandbox.yaml", "a/.propio/x")
 	if err := os.Symlink("/etc/passwd", filepath.Join(ws, "link.pem")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Match(ws, []string{".git/hooks", ".git/config", ".env.prod"}, []string{".env", ".env.*", "*.pem", "secrets", "nothing-here"})
+	got, err := Match(ws, []string{"/.propio", ".git/hooks", ".git/config", ".env.prod"}, []string{".env", ".env.*", "*.pem", "secrets", "nothing-here"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +49,7 @@ func TestMatch(t *testing.T) {
 		{Path: ".env.prod", Hide: true}, // both lists: hide wins
 		{Path: ".git/config"},           // anchored: docs/.git/config is not matched
 		{Path: ".git/hooks", Dir: true},
+		{Path: ".propio", Dir: true},   // a leading / anchors at the root: a/.propio is not matched
 		{Path: "a/b/.env", Hide: true}, // a bare name matches at any depth
 		{Path: "a/b/key.pem", Hide: true},
 		{Path: "node_modules/x/.env", Hide: true},
