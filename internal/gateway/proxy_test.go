@@ -586,21 +586,23 @@ func TestCONNECTTLS(t *testing.T) {
 	checkEntry(t, g.log.wait(t, 2)[1], "connect", "other.test", port, false, "", "no network.allow rule matches")
 }
 
-// TestCONNECTRules checks the rules through CONNECT to a raw TCP upstream.
-func TestCONNECTRules(t *testing.T) {
-	t.Parallel()
-	p, _ := startGreeter(t, "tcp4")
-	q, _ := startGreeter(t, "tcp4")
+// ruleCase is one destination and the rules that decide it, for the table
+// every explicit path is checked against.
+type ruleCase struct {
+	name        string
+	allow, deny []string
+	host        string
+	port        uint16
+	rule        string // the rule that decides, if any
+	reason      string
+	allowed     bool
+}
+
+// ruleCases is that table; p and q are the ports of two greeters the test
+// started, so allowed cases reach a real upstream.
+func ruleCases(p, q uint16) []ruleCase {
 	hp := func(host string) string { return hostPort(host, p) }
-	tests := []struct {
-		name        string
-		allow, deny []string
-		host        string
-		port        uint16
-		rule        string // the rule that decides, if any
-		reason      string
-		allowed     bool
-	}{
+	return []ruleCase{
 		{"host:port allows that port", []string{hp("allowed.test")}, nil, "allowed.test", p, hp("allowed.test"), "allowed by", true},
 		{"host:port allows no other port", []string{hp("allowed.test")}, nil, "allowed.test", q, "", "no network.allow rule matches", false},
 		{"a name rule allows no other name", []string{hp("allowed.test")}, nil, "other.test", p, "", "no network.allow rule matches", false},
@@ -614,6 +616,14 @@ func TestCONNECTRules(t *testing.T) {
 		{"address rule allows that address", []string{hp("127.0.0.1")}, nil, "127.0.0.1", p, hp("127.0.0.1"), "allowed by", true},
 		{"metadata address", []string{hp("allowed.test")}, nil, "169.254.169.254", 80, "", "always denied", false},
 	}
+}
+
+// TestCONNECTRules checks the rules through CONNECT to a raw TCP upstream.
+func TestCONNECTRules(t *testing.T) {
+	t.Parallel()
+	p, _ := startGreeter(t, "tcp4")
+	q, _ := startGreeter(t, "tcp4")
+	tests := ruleCases(p, q)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -55,25 +55,7 @@ func TestSOCKS5(t *testing.T) {
 	t.Parallel()
 	p, _ := startGreeter(t, "tcp4")
 	q, _ := startGreeter(t, "tcp4")
-	hp := func(host string) string { return hostPort(host, p) }
-	tests := []struct {
-		name        string
-		allow, deny []string
-		host        string
-		port        uint16
-		rule        string
-		reason      string
-		allowed     bool
-	}{
-		{"allowed domain", []string{hp("allowed.test")}, nil, "allowed.test", p, hp("allowed.test"), "allowed by", true},
-		{"denied domain", []string{hp("allowed.test")}, nil, "other.test", p, "", "no network.allow rule matches", false},
-		{"allowed domain on another port", []string{hp("allowed.test")}, nil, "allowed.test", q, "", "no network.allow rule matches", false},
-		{"wildcard allows a subdomain", []string{hp("*.wild.test")}, nil, "sub.wild.test", p, hp("*.wild.test"), "allowed by", true},
-		{"deny beats allow", []string{hp("*.wild.test")}, []string{hp("sub.wild.test")}, "sub.wild.test", p, hp("sub.wild.test"), "denied by network.deny", false},
-		{"raw IPv4 without an address rule", []string{hp("allowed.test")}, nil, "127.0.0.1", p, "", "raw addresses are denied", false},
-		{"raw IPv4 with an address rule", []string{hp("127.0.0.1")}, nil, "127.0.0.1", p, hp("127.0.0.1"), "allowed by", true},
-		{"metadata address", []string{hp("allowed.test")}, nil, "169.254.169.254", 80, "", "always denied", false},
-	}
+	tests := ruleCases(p, q)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
