@@ -13,6 +13,34 @@
 //	probe sleep DURATION      sleep, printing "ready" first; on SIGTERM or SIGINT print it and exit 143 or 130
 //	probe exit N              exit with status N
 //
+// Network clients (each wait bounded by --timeout, 5s unless said otherwise):
+//
+//	probe tcp HOST:PORT TEXT      read the greeting line, send TEXT, print "greeting: LINE" and "echo: LINE"
+//	probe udp HOST:PORT TEXT      send one datagram, print "reply: TEXT" (waits 2s)
+//	probe dns SERVER:PORT NAME [A|AAAA]
+//	                              one raw query over UDP (waits 2s), print "rcode RCODE" then one address a line
+//	probe resolve NAME            look NAME up with the system resolver (/etc/resolv.conf), one address a line
+//	probe fetch URL               GET, print "status N" then the first 4 KiB of the body
+//	probe download URL            GET, discard the body, print "bytes N seconds S"; --timeout bounds each wait, not the whole
+//	probe latency N URL           N GETs, each on a new connection, print "p50_us X p99_us Y n N"
+//
+// fetch, download and latency take the proxy from HTTP_PROXY, HTTPS_PROXY and
+// NO_PROXY unless given --no-proxy, or ALL_PROXY (socks5:// or socks5h://)
+// with --socks; --cacert FILE trusts only the CA in FILE. Flags may go
+// anywhere among the arguments; "--" ends them.
+//
+// The stand-in for an internet server, run until killed:
+//
+//	probe serve NAME              HTTP on :80 and, given /certs/server.pem and /certs/server.key, HTTPS on :443:
+//	                              GET /bytes/N sends N zero bytes, any other path answers "NAME http HOST PATH";
+//	                              TCP on :22 and :7 greets "NAME tcp PORT" then echoes lines;
+//	                              UDP on :53 and :9 answers each datagram with "NAME udp PORT".
+//	                              It prints "serving NAME" once listening, then one line per event:
+//	                              "conn PORT from ADDR", "http HOST PATH from ADDR", "udp PORT from ADDR: PAYLOAD".
+//	                              For tests on one machine, PROBE_PORT_OFFSET is added to every port it
+//	                              listens on (the printed ports stay the nominal ones) and PROBE_CERT_DIR
+//	                              replaces /certs.
+//
 // A failing operation prints "error: ..." and exits 1.
 package main
 
@@ -77,6 +105,23 @@ func main() {
 		n, _ := conn.Read(buf)
 		conn.Close()
 		fmt.Printf("connected: %s\n", buf[:n])
+	case "tcp":
+		tcpEcho(args)
+	case "udp":
+		udpSend(args)
+	case "dns":
+		dnsQuery(args)
+	case "resolve":
+		resolve(args)
+	case "fetch":
+		fetch(args)
+	case "download":
+		download(args)
+	case "latency":
+		latency(args)
+	case "serve":
+		need(args, 1)
+		serve(args[0])
 	case "cat":
 		_, err := io.Copy(os.Stdout, os.Stdin)
 		check(err)

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The ports "probe serve" listens on.
+const (
+	httpPort  = 80
+	httpsPort = 443
+)
+
+var (
+	tcpPorts = []int{22, 7}
+	udpPorts = []int{53, 9}
+)
+
+// zeros is what GET /bytes/N sends, as often as it takes.
+var zeros = make([]byte, 256<<10)
+
+var sayMu sync.Mutex
+
+// say prints one line of the server's log; stdout is unbuffered, so a test
+// reading `docker logs` sees it at once.
+func say(format string, args ...any) {
+	sayMu.Lock()
+	defer sayMu.Unlock()
+	fmt.Printf(format+"\n", args...)
+}
+
+// serve is the stand-in for an internet server; it runs until killed.
+func serve(name string) {
+	offset := 0
+	if s := os.Getenv("PROBE_PORT_OFFSET"); s != "" {
+		n, err := strconv.Atoi(s)
+		check(wrap("PROBE_PORT_OFFSET", err))
+		offset = n
+	}
+	certDir := "/certs"
+	if d := os.Getenv("PROBE_CERT_DIR"); d != "" {
+		certDir = d
+	}
+	listen := func(port int) net.Listener {
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(port+offset))
+		check(err)
+		return loggingListener{ln, port}
+	}
+
+	h := handler(name)
+	httpLn := listen(httpPort)
+	go func() { fail(newServer(h).Serve(httpLn)) }()
+
+	certFile, keyFile := filepath.Join(certDir, "server.pem"), filepath.Join(certDir, "server.key")
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		say("no %s or %s: not serving HTTPS", certFile, keyFile)
+	case err != nil:
+		fail(fmt.Errorf("loading the server certificate: %w", err))
+	default:
+		srv := newServer(h)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+		ln := listen(httpsPort)
+		go func() { fail(srv.ServeTLS(ln, "", "")) }()
+	}
+
+	for _, port := range tcpPorts {
+		ln := listen(port)
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				check(err)
+				go echo(conn, name, port)
+			}
+		}()
+	}
+	for _, port := range udpPorts {
+		pc, err := net.ListenPacket("udp", ":"+strconv.Itoa(port+offset))
+		check(err)
+		go answerUDP(pc, name, port)
+	}
+	say("serving %s", name)
+	select {}
+}
+
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+}
+
+// handler answers GET /bytes/N with N zero bytes and anything else with
+// "NAME http HOST PATH", HOST being the Host header.
+func handler(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		say("http %s %s from %s", r.Host, r.URL.Path, r.RemoteAddr)
+		if s, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 0 {
+				http.Error(w, "bad byte count", http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			for n > 0 {
+				chunk := zeros[:min(n, int64(len(zeros)))]
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				n -= int64(len(chunk))
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "%s http %s %s\n", name, r.Host, r.URL.Path)
+	})
+}
+
+// loggingListener prints "conn PORT from ADDR" for every connection it
+// accepts; PORT is the nominal port, whatever the offset.
+type loggingListener struct {
+	net.Listener
+	port int
+}
+
+func (l loggingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		say("conn %d from %s", l.port, c.RemoteAddr())
+	}
+	return c, err
+}
+
+// echo greets with "NAME tcp PORT" and sends every line back.
+func echo(conn net.Conn, name string, port int) {
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "%s tcp %d\n", name, port); err != nil {
+		return
+	}
+	s := bufio.NewScanner(conn)
+	for s.Scan() {
+		if _, err := conn.Write(append(s.Bytes(), '\n')); err != nil {
+			return
+		}
+	}
+}
+
+// answerUDP prints every datagram and answers it with "NAME udp PORT".
+func answerUDP(pc net.PacketConn, name string, port int) {
+	reply := []byte(fmt.Sprintf("%s udp %d", name, port))
+	buf := make([]byte, 64<<10)
+	for {
+		n, addr, err := pc.ReadFrom(buf)
+		check(err)
+		say("udp %d from %s: %q", port, addr, buf[:n])
+		pc.WriteTo(reply, addr)
+	}
+}
