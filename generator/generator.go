@@ -11,6 +11,7 @@ package generator
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -51,6 +52,8 @@ type Host struct {
 	Matches []Match
 	// Exists holds the host paths, among mount sources, that exist.
 	Exists map[string]bool
+	// LogDir is the host directory of the allowlist gateways' decision logs.
+	LogDir string
 }
 
 // Match is a workspace entry matched by a readonly or hide pattern.
@@ -64,6 +67,11 @@ type Match struct {
 type Options struct {
 	Project string   // the Compose project name
 	Command []string // overrides the profile's command when not nil
+
+	// For network.mode allowlist:
+	GatewayImage   string       // the gateway's image (DefaultGatewayImage when empty)
+	Subnet         netip.Prefix // the sandbox network (PickSubnet of the project when zero)
+	OutsideNetwork string       // an existing network for the gateway's way out (one of the project's own when empty)
 }
 
 // Vars returns the values of the variables a profile may use.
@@ -143,6 +151,8 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	switch p.Network.Mode {
 	case "none":
 		svc.NetworkMode = "none"
+	case "allowlist":
+		// Set below, by allowlist, once the service is complete.
 	default:
 		// The engine's default bridge, as `docker run` uses: a network made
 		// for each run costs more than a quarter of the launch time (0.57 s
@@ -193,7 +203,13 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	svc.Extensions = types.Extensions{Extension: ext}
 
-	project.Services = types.Services{Service: svc}
+	project.Services = types.Services{}
+	if p.Network.Mode == "allowlist" {
+		if err := allowlist(project, p, h, o, &svc); err != nil {
+			return nil, err
+		}
+	}
+	project.Services[Service] = svc
 	return project, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +44,7 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 		GID:        1000,
 		EnvNames:   []string{"ANTHROPIC_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HOME", "OPENROUTER_API_KEY", "PATH", "PIP_INDEX_URL", "TERM"},
 		EmptyFile:  "/home/dev/.local/state/propio-sandbox/empty",
+		LogDir:     "/home/dev/.local/state/propio-sandbox/logs",
 		Exists:     map[string]bool{},
 	}
 	// The workspace's readonly and hide matches come from a real tree, matched
@@ -306,4 +308,62 @@ func diff(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+func TestPickSubnet(t *testing.T) {
+	first, err := generator.PickSubnet("propio-a-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := netip.MustParsePrefix("198.18.0.0/15")
+	if first.Bits() != 28 || !pool.Contains(first.Addr()) {
+		t.Fatalf("subnet %s is not a /28 of %s", first, pool)
+	}
+	if again, _ := generator.PickSubnet("propio-a-1", nil); again != first {
+		t.Fatalf("same project, different subnets: %s, %s", first, again)
+	}
+	// Taken by a network of the engine (even a wider one): the next is chosen.
+	wide := netip.PrefixFrom(first.Addr(), 24).Masked()
+	next, err := generator.PickSubnet("propio-a-1", []netip.Prefix{wide, netip.MustParsePrefix("172.17.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Overlaps(wide) || !pool.Contains(next.Addr()) {
+		t.Fatalf("subnet %s overlaps %s, or is outside the pool", next, wide)
+	}
+	// The whole pool taken: an error, not an overlapping network.
+	if s, err := generator.PickSubnet("propio-a-1", []netip.Prefix{pool}); err == nil {
+		t.Fatalf("full pool gave %s", s)
+	}
+	if gw := generator.GatewayAddr(netip.MustParsePrefix("198.18.0.16/28")); gw != netip.MustParseAddr("198.18.0.18") {
+		t.Fatalf("gateway address %s", gw)
+	}
+}
+
+func TestAllowlistOutsideNetwork(t *testing.T) {
+	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	subnet := netip.MustParsePrefix("198.19.0.32/28")
+	project, err := generator.Generate(p, h, generator.Options{Project: project, GatewayImage: "propio-sandbox/gateway:0123", Subnet: subnet, OutsideNetwork: "corp-egress"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := project.Networks[generator.OutsideNetwork]
+	if !bool(out.External) || out.Name != "corp-egress" {
+		t.Errorf("outside network = %+v, want the external network corp-egress", out)
+	}
+	gw := project.Services[generator.GatewayService]
+	if gw.Image != "propio-sandbox/gateway:0123" || gw.Networks[generator.SandboxNetwork].Ipv4Address != "198.19.0.34" {
+		t.Errorf("gateway image %s, address %s", gw.Image, gw.Networks[generator.SandboxNetwork].Ipv4Address)
+	}
+	agent := project.Services[generator.Service]
+	if v := agent.Environment["HTTP_PROXY"]; v == nil || *v != "http://198.19.0.34:3128" {
+		t.Errorf("agent HTTP_PROXY = %v: the profile's own value must not replace the gateway's", v)
+	}
+	if _, onSandbox := agent.Networks[generator.SandboxNetwork]; len(agent.Networks) != 1 || !onSandbox {
+		t.Errorf("agent networks = %v, want only the sandbox network", agent.Networks)
+	}
 }

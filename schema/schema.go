@@ -201,6 +201,10 @@ func patternHint(path []string) string {
 		return "want a path relative to the workspace"
 	case field == "pass":
 		return "want a variable name or a glob such as AWS_*"
+	case field == "allow" || field == "deny":
+		return "want a host: a name, *.name or an address, with :port if needed (no scheme or path)"
+	case field == "bandwidth":
+		return "want a rate such as 10mbit (bit, kbit, mbit or gbit per second)"
 	case field == "required" || parent == "set" || field == "set":
 		return "want a variable name: letters, digits and _"
 	}

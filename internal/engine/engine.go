@@ -40,6 +40,9 @@ var (
 	ErrImageMissing     = errors.New("image not found on the engine")
 	ErrTimeout          = errors.New("the sandbox ran out of time")
 	ErrInterrupted      = errors.New("interrupted")
+	// ErrSubnetTaken: the sandbox network's subnet was taken by another
+	// network between choosing it and creating it.
+	ErrSubnetTaken = errors.New("the sandbox network's subnet is taken")
 )
 
 // Streams are the launcher's terminal or pipes.

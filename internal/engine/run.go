@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -119,6 +120,11 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 	if err := e.ensureImage(ctx, project, svc, o.Build); err != nil {
 		return 0, err
 	}
+	if gw, ok := project.Services[generator.GatewayService]; ok {
+		if err := e.ensureImage(ctx, project, gw, false); err != nil {
+			return 0, fmt.Errorf("the allowlist gateway's %w", err)
+		}
+	}
 
 	var timedOut atomic.Bool
 	if o.Timeout > 0 {
@@ -137,7 +143,9 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		AutoRemove:  true,
 		Tty:         o.TTY,
 		Interactive: o.Interactive,
-		NoDeps:      true,
+		// The gateway of an allowlist sandbox starts first, and is removed
+		// with the rest of the project below.
+		NoDeps: len(project.Services) == 1,
 	})
 	// The SDK stopped its own signal channel; ours must be the one armed.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -147,6 +155,8 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 	case err != nil && interrupted.Load() != nil:
 		s := interrupted.Load().(os.Signal)
 		return 128 + int(s.(syscall.Signal)), fmt.Errorf("%w by %v while starting", ErrInterrupted, s)
+	case err != nil && strings.Contains(err.Error(), "Pool overlaps"):
+		return 0, fmt.Errorf("running sandbox %s: %w: %v", project.Name, ErrSubnetTaken, err)
 	case err != nil:
 		return 0, fmt.Errorf("running sandbox %s: %w", project.Name, err)
 	}
@@ -177,12 +187,16 @@ func prepare(project *types.Project, o RunOptions) (*types.Project, types.Servic
 		}
 	}
 	svc.Environment = env
-	launcher := launcherLabels(p.Name)
-	labels := types.Labels{}
-	maps.Copy(labels, svc.Labels)
-	maps.Copy(labels, launcher)
-	svc.Labels = labels
 	p.Services[generator.Service] = svc
+	launcher := launcherLabels(p.Name)
+	for name, s := range p.Services {
+		labels := types.Labels{}
+		maps.Copy(labels, s.Labels)
+		maps.Copy(labels, launcher)
+		s.Labels = labels
+		p.Services[name] = s
+	}
+	svc = p.Services[generator.Service]
 	nets := types.Networks{}
 	for name, n := range p.Networks {
 		labels := types.Labels{}

@@ -48,6 +48,10 @@ func UserDirs() (Dirs, error) {
 // ProfileDir is where user profiles live.
 func (d Dirs) ProfileDir() string { return filepath.Join(d.Config, "profiles") }
 
+// LogDir is where allowlist gateways write their decision logs, one file
+// per sandbox. Run creates it; render only names it.
+func (d Dirs) LogDir() string { return filepath.Join(d.State, "logs") }
+
 // Workspace returns the absolute, symlink-free path of the current directory.
 func Workspace() (string, error) {
 	wd, err := os.Getwd()
@@ -129,6 +133,9 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, er
 		GID:        os.Getgid(),
 		EnvNames:   EnvNames(),
 		Exists:     map[string]bool{},
+	}
+	if p.Network.Mode == "allowlist" {
+		h.LogDir = dirs.LogDir()
 	}
 	h.Matches, err = Match(workspace, p.Workspace.ReadOnly, p.Workspace.Hide)
 	if err != nil {

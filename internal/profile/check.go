@@ -13,6 +13,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/docker/go-units"
+	"github.com/propio/propio-sandbox/internal/egress"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -325,12 +326,51 @@ func (p *Profile) Check(l Limits) error {
 			add(fmt.Sprintf("%q: %s", port, lowerFirst(err.Error())), "", "ports", strconv.Itoa(i))
 		}
 	}
-	if len(p.Ports) > 0 && p.Network.Mode == "none" {
+	switch {
+	case len(p.Ports) > 0 && p.Network.Mode == "none":
 		add("cannot be published when network.mode is none: the sandbox has only loopback",
 			"set network.mode: open to publish ports", "ports")
+	case len(p.Ports) > 0 && p.Network.Mode == "allowlist":
+		add("cannot be published when network.mode is allowlist: the engine publishes no port of a container on an internal network",
+			"set network.mode: open to publish ports", "ports")
 	}
+	p.checkEgress(add)
 	p.sortByPos(errs)
 	return errs.err()
+}
+
+// checkEgress checks the allowlist rules and the bandwidth cap, each error at
+// the rule that has it.
+func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
+	n := p.Network
+	if n.Mode != "allowlist" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"bandwidth", n.Bandwidth != ""}} {
+			if f.set {
+				add(fmt.Sprintf("applies only to network.mode allowlist, and the mode is %s", n.Mode),
+					"set network.mode: allowlist, or remove network."+f.name, "network", f.name)
+			}
+		}
+		return
+	}
+	for _, list := range []struct {
+		name  string
+		rules []string
+	}{{"allow", n.Allow}, {"deny", n.Deny}} {
+		for i, r := range list.rules {
+			if _, err := egress.ParseRule(r); err != nil {
+				add(err.Error(), "write a name (api.example.com), *.name for its subdomains, or an address; add :port for a port other than 80 and 443",
+					"network", list.name, strconv.Itoa(i))
+			}
+		}
+	}
+	if n.Bandwidth != "" {
+		if _, err := egress.ParseBandwidth(n.Bandwidth); err != nil {
+			add(err.Error(), "", "network", "bandwidth")
+		}
+	}
 }
 
 // sortByPos puts errors in file order: the leaf's first, then each file it

@@ -131,9 +131,46 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "image: a\nuser: 1000\n",
 			want: []string{"2:7: user: got number, want string"},
 		},
-		"network mode allowlist": {
-			yaml: "image: a\nnetwork:\n  mode: allowlist\n",
-			want: []string{"3:9: network.mode: \"allowlist\" is not one of: none, open"},
+		"network mode bridged": {
+			yaml: "image: a\nnetwork:\n  mode: bridged\n",
+			want: []string{"3:9: network.mode: \"bridged\" is not one of: none, open, allowlist"},
+		},
+		"allow rule too broad": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  allow: [api.example.test, \"*.com\", \"*\"]\n",
+			want: []string{
+				`4:29: network.allow[1]: "*.com" is too broad: a wildcard must keep at least two labels, as in *.example.com`,
+				`4:38: network.allow[2]: "*" is too broad: a rule must name what it allows`,
+			},
+		},
+		"allow rule with a scheme, deny rule with a bad port": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  allow:\n    - https://api.example.test\n  deny: [\"x.test:99999\"]\n",
+			want: []string{
+				`5:7: network.allow[0]: "https://api.example.test" is not valid here (want a host: a name, *.name or an address, with :port if needed (no scheme or path))`,
+				`6:10: network.deny[0]: "x.test:99999": port "99999" is not a number from 1 to 65535`,
+			},
+		},
+		"metadata address rule": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  allow: [169.254.169.254]\n",
+			want: []string{`4:11: network.allow[0]: "169.254.169.254" can never be allowed: link-local and cloud metadata addresses are always denied`},
+		},
+		"inner wildcard": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  allow: [api.*.test]\n",
+			want: []string{`4:11: network.allow[0]: "api.*.test": a wildcard may only start a rule, as in *.example.com`},
+		},
+		"allow without allowlist": {
+			yaml: "image: a\nnetwork:\n  mode: open\n  allow: [a.test]\n  bandwidth: 1mbit\n",
+			want: []string{
+				"4:10: network.allow: applies only to network.mode allowlist, and the mode is open",
+				"5:14: network.bandwidth: applies only to network.mode allowlist, and the mode is open",
+			},
+		},
+		"bandwidth not a rate": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  bandwidth: 10mb\n",
+			want: []string{`4:14: network.bandwidth: "10mb" is not valid here (want a rate such as 10mbit (bit, kbit, mbit or gbit per second))`},
+		},
+		"ports with allowlist": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\nports: [\"3000\"]\n",
+			want: []string{"4:8: ports: cannot be published when network.mode is allowlist: the engine publishes no port of a container on an internal network"},
 		},
 		"workspace mode": {
 			yaml: "image: a\nworkspace:\n  mode: whatever\n",
@@ -387,8 +424,8 @@ func TestInvalidProfiles(t *testing.T) {
 		},
 		"schema error in the parent": {
 			yaml:  "extends: ./parent.yaml\nimage: a\n",
-			files: map[string]string{"parent.yaml": "description: parent\nnetwork:\n  mode: allowlist\n"},
-			want:  []string{"$DIR/parent.yaml:3:9: network.mode: \"allowlist\" is not one of: none, open"},
+			files: map[string]string{"parent.yaml": "description: parent\nnetwork:\n  mode: bridged\n"},
+			want:  []string{"$DIR/parent.yaml:3:9: network.mode: \"bridged\" is not one of: none, open, allowlist"},
 		},
 		"check error in the parent": {
 			yaml:  "extends: ./parent.yaml\ndescription: child\n",
@@ -411,10 +448,10 @@ func TestInvalidProfiles(t *testing.T) {
 
 		// Every problem, in file order.
 		"several schema errors": {
-			yaml: "image: a\nresources:\n  pids: many\nnetwork:\n  mode: allowlist\nbogus: 1\n",
+			yaml: "image: a\nresources:\n  pids: many\nnetwork:\n  mode: bridged\nbogus: 1\n",
 			want: []string{
 				"3:9: resources.pids: got string, want integer",
-				"5:9: network.mode: \"allowlist\" is not one of: none, open",
+				"5:9: network.mode: \"bridged\" is not one of: none, open, allowlist",
 				"6:1: bogus: unknown field",
 			},
 		},

@@ -19,7 +19,7 @@ import (
 const RepoProfile = ".propio/sandbox.yaml"
 
 // DefaultBuiltin is the built-in profile used when nothing else is chosen.
-const DefaultBuiltin = "open"
+const DefaultBuiltin = "standard"
 
 // maxDepth bounds an extends chain.
 const maxDepth = 16

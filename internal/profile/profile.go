@@ -85,6 +85,12 @@ type Env struct {
 type Network struct {
 	Mode        string `yaml:"mode,omitempty"`
 	HostGateway *bool  `yaml:"host_gateway,omitempty"`
+	// Allow and Deny are the egress rules of mode allowlist (see
+	// internal/egress for their syntax); deny wins over allow.
+	Allow []string `yaml:"allow,omitempty"`
+	Deny  []string `yaml:"deny,omitempty"`
+	// Bandwidth caps the allowlist gateway's throughput, as 10mbit.
+	Bandwidth string `yaml:"bandwidth,omitempty"`
 }
 
 type Resources struct {

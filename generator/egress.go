@@ -1,0 +1,177 @@
+package generator
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"path"
+	"strconv"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// The allowlist topology: the agent sits only on the sandbox network, which
+// is internal (the engine gives it no route out); the gateway sits on it and
+// on the outside network, and is the only way out.
+const (
+	// GatewayService is the name of the gateway's service.
+	GatewayService = "gateway"
+	// SandboxNetwork is the internal network the agent and gateway share.
+	SandboxNetwork = "sandbox"
+	// OutsideNetwork is the network through which the gateway reaches out.
+	OutsideNetwork = "outside"
+	// GatewayLogDir is where the gateway's decision log directory is mounted.
+	GatewayLogDir = "/log"
+	// DefaultGatewayImage names the gateway's image when Options has none.
+	DefaultGatewayImage = "propio-sandbox/gateway:latest"
+)
+
+// Gateway ports, as the gateway subcommand listens on them.
+const (
+	ProxyPort = 3128 // HTTP proxy and CONNECT
+	SOCKSPort = 1080 // SOCKS5
+)
+
+// subnetPool is where sandbox networks are numbered: 198.18.0.0/15 is set
+// aside for benchmarking (RFC 2544), so it is unlikely to shadow a route of
+// the host's LAN or VPN, and it is never a public address.
+var subnetPool = netip.MustParsePrefix("198.18.0.0/15")
+
+// subnetBits is the size of one sandbox network: 14 addresses, of which the
+// engine's bridge takes the first, the gateway the second and the agent one
+// more.
+const subnetBits = 28
+
+// PickSubnet chooses the sandbox network of project: the slot of the pool its
+// name hashes to, or the next one that overlaps none of used (the engine's
+// networks). Render passes no used networks, so it shows the first choice.
+func PickSubnet(project string, used []netip.Prefix) (netip.Prefix, error) {
+	slots := 1 << (subnetBits - subnetPool.Bits())
+	h := fnv.New32a()
+	h.Write([]byte(project))
+	start := int(h.Sum32() % uint32(slots))
+	base := subnetPool.Addr().As4()
+	for i := 0; i < slots; i++ {
+		n := (start + i) % slots
+		a := base
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		v += uint32(n) << (32 - subnetBits)
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), subnetBits)
+		free := true
+		for _, u := range used {
+			if u.Overlaps(p) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("no free /%d network left in %s", subnetBits, subnetPool)
+}
+
+// GatewayAddr is the gateway's address on a sandbox network: the second of
+// the subnet (the engine's bridge has the first).
+func GatewayAddr(subnet netip.Prefix) netip.Addr {
+	return subnet.Masked().Addr().Next().Next()
+}
+
+// allowlist adds the gateway and both networks to project, and puts the
+// agent behind them.
+func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, agent *types.ServiceConfig) error {
+	subnet := o.Subnet
+	if !subnet.IsValid() {
+		var err error
+		if subnet, err = PickSubnet(o.Project, nil); err != nil {
+			return err
+		}
+	}
+	gw := GatewayAddr(subnet)
+	image := o.GatewayImage
+	if image == "" {
+		image = DefaultGatewayImage
+	}
+	if h.LogDir == "" {
+		return fmt.Errorf("network.mode allowlist: no directory for the gateway's log")
+	}
+
+	project.Networks = types.Networks{
+		SandboxNetwork: types.NetworkConfig{
+			Name:     o.Project + "_" + SandboxNetwork,
+			Internal: true,
+			Ipam:     types.IPAMConfig{Config: []*types.IPAMPool{{Subnet: subnet.String()}}},
+			Labels:   types.Labels{LabelWorkspace: h.Workspace},
+		},
+	}
+	if o.OutsideNetwork != "" {
+		project.Networks[OutsideNetwork] = types.NetworkConfig{Name: o.OutsideNetwork, External: true}
+	} else {
+		project.Networks[OutsideNetwork] = types.NetworkConfig{Name: o.Project + "_" + OutsideNetwork, Labels: types.Labels{LabelWorkspace: h.Workspace}}
+	}
+
+	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, LogFile(o.Project)), "--profile", egressSource(p)}
+	for _, r := range p.Network.Allow {
+		command = append(command, "--allow", r)
+	}
+	for _, r := range p.Network.Deny {
+		command = append(command, "--deny", r)
+	}
+	if p.Network.Bandwidth != "" {
+		command = append(command, "--bandwidth", p.Network.Bandwidth)
+	}
+	g := types.ServiceConfig{Name: GatewayService}
+	g.Image = image
+	g.PullPolicy = types.PullPolicyNever
+	g.Command = command
+	// The host's user, so the log it writes is the user's; it needs no
+	// capability to listen on ports 53, 80 and 443, as its network namespace
+	// lets anyone bind them.
+	g.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
+	g.Sysctls = types.Mapping{"net.ipv4.ip_unprivileged_port_start": "0"}
+	g.CapDrop = []string{"ALL"}
+	g.SecurityOpt = []string{"no-new-privileges:true"}
+	g.ReadOnly = true
+	g.MemLimit = types.UnitBytes(256 << 20)
+	g.PidsLimit = 100
+	g.Volumes = []types.ServiceVolumeConfig{{
+		Type: types.VolumeTypeBind, Source: h.LogDir, Target: GatewayLogDir,
+		Bind: &types.ServiceVolumeBind{CreateHostPath: false},
+	}}
+	g.Networks = map[string]*types.ServiceNetworkConfig{
+		SandboxNetwork: {Ipv4Address: gw.String()},
+		OutsideNetwork: nil,
+	}
+	g.Labels = types.Labels{LabelProfile: profileLabel(p), LabelWorkspace: h.Workspace}
+	if *p.Network.HostGateway {
+		g.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
+	}
+	project.Services[GatewayService] = g
+
+	// The agent: only on the sandbox network, its DNS the gateway's, and the
+	// proxy variables set for the tools that honour them.
+	agent.Networks = map[string]*types.ServiceNetworkConfig{SandboxNetwork: nil}
+	agent.DNS = types.StringList{gw.String()}
+	agent.DependsOn = types.DependsOnConfig{GatewayService: {Condition: types.ServiceConditionStarted, Required: true}}
+	proxy := "http://" + gw.String() + ":" + strconv.Itoa(ProxyPort)
+	socks := "socks5h://" + gw.String() + ":" + strconv.Itoa(SOCKSPort)
+	noProxy := "localhost,127.0.0.1,::1"
+	for k, v := range map[string]string{
+		"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "ALL_PROXY": socks, "NO_PROXY": noProxy,
+		"http_proxy": proxy, "https_proxy": proxy, "all_proxy": socks, "no_proxy": noProxy,
+	} {
+		agent.Environment[k] = ptr(v)
+	}
+	return nil
+}
+
+// LogFile is the name of a sandbox's gateway log in the log directory.
+func LogFile(project string) string { return project + ".jsonl" }
+
+// egressSource is where the profile's allow list is, for the gateway's
+// denial hints: FILE:LINE of network.allow, or of network, or the file.
+func egressSource(p *profile.Profile) string {
+	pos := p.Pos("network", "allow")
+	return pos.File + ":" + strconv.Itoa(pos.Line)
+}
