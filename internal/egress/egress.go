@@ -12,12 +12,23 @@
 //
 // `*`, a wildcard over a single label (`*.com`) and wildcards anywhere but
 // the front are rejected: a rule must name what it allows.
+//
+// Some destinations no rule can allow, and a rule naming one is refused:
+// link-local addresses (where cloud metadata services live) and the other
+// metadata addresses, loopback (in the gateway's network namespace loopback is
+// the gateway itself), the unspecified addresses and 0.0.0.0/8, and the
+// container engine's API ports 2375 and 2376 on any host. A name that
+// resolves to such an address is refused by the gateway at connection time.
+//
+// ParseBandwidth reads the gateway's bandwidth cap, as tc writes rates.
 package egress
 
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -46,10 +57,13 @@ func ParseRule(s string) (Rule, error) {
 		return r, fmt.Errorf("%q: %w", r.Text, err)
 	}
 	r.Port = port
+	if enginePort(port) {
+		return r, fmt.Errorf("%q can never be allowed: %s", r.Text, engineReason)
+	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		r.Addr = a.Unmap()
-		if AlwaysDenied(r.Addr) {
-			return r, fmt.Errorf("%q can never be allowed: link-local and cloud metadata addresses are always denied", r.Text)
+		if why := AlwaysDeniedReason(r.Addr); why != "" {
+			return r, fmt.Errorf("%q can never be allowed: %s", r.Text, why)
 		}
 		return r, nil
 	}
@@ -187,25 +201,32 @@ type Decision struct {
 	Allowed bool
 	Rule    string // the rule that decided, as written; empty when none did
 	Reason  string // why, in words for a log line or a 403 page
+	// AlwaysDenied is set when no rule could allow the destination: an
+	// address AlwaysDenied reports, the container engine's API port, or a
+	// host that is not a valid name.
+	AlwaysDenied bool
 }
 
 // Decide says whether host:port may be reached. host is a name or an
-// address. Link-local and cloud metadata addresses are always denied, and a
-// raw address only passes an address rule.
+// address. What AlwaysDenied reports and the container engine's API ports
+// are always denied, and a raw address only passes an address rule.
 func (p Policy) Decide(host string, port uint16) Decision {
 	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	addr, err := netip.ParseAddr(host)
 	if err == nil {
 		addr = addr.Unmap()
-		if AlwaysDenied(addr) {
-			return Decision{Reason: "link-local and cloud metadata addresses are always denied"}
+		if why := AlwaysDeniedReason(addr); why != "" {
+			return Decision{Reason: why, AlwaysDenied: true}
 		}
 	} else {
 		addr = netip.Addr{}
 		if checkName(host) != nil {
-			return Decision{Reason: "not a valid host name"}
+			return Decision{Reason: "not a valid host name", AlwaysDenied: true}
 		}
+	}
+	if enginePort(port) {
+		return Decision{Reason: engineReason, AlwaysDenied: true}
 	}
 	for _, r := range p.Deny {
 		if r.matches(host, addr, port) {
@@ -242,17 +263,89 @@ var metadata = []netip.Addr{
 }
 
 // AlwaysDenied reports the addresses no rule can allow: link-local (where
-// the cloud metadata services live), other metadata addresses, and the
-// unspecified address.
-func AlwaysDenied(a netip.Addr) bool {
+// the cloud metadata services live), other metadata addresses, loopback, and
+// the unspecified addresses.
+func AlwaysDenied(a netip.Addr) bool { return AlwaysDeniedReason(a) != "" }
+
+// AlwaysDeniedReason says why no rule can allow a, or returns "" when a rule
+// can.
+func AlwaysDeniedReason(a netip.Addr) string {
 	a = a.Unmap()
-	if a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsUnspecified() {
-		return true
+	switch {
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || slices.Contains(metadata, a):
+		return "link-local and cloud metadata addresses are always denied"
+	case a.IsLoopback():
+		return "loopback addresses are always denied, since in the gateway loopback is the gateway itself"
+	case a.IsUnspecified() || a.Is4() && a.As4()[0] == 0:
+		return "the unspecified address and 0.0.0.0/8 are always denied"
 	}
-	for _, m := range metadata {
-		if a == m {
-			return true
+	return ""
+}
+
+// The container engine's API ports (Docker's plain and TLS ports): no rule
+// can allow them, on any host, so a sandbox never drives an engine.
+const (
+	engineAPIPort    = 2375
+	engineAPITLSPort = 2376
+	engineReason     = "the container engine's API port is always denied, on any host"
+)
+
+func enginePort(port uint16) bool { return port == engineAPIPort || port == engineAPITLSPort }
+
+// Bandwidth limits, in bytes per second: MinBandwidth is 8kbit, so a typo
+// cannot leave a sandbox with a network too slow to notice it is capped;
+// MaxBandwidth is 1000gbit.
+const (
+	MinBandwidth = 1000
+	MaxBandwidth = 125_000_000_000
+)
+
+// bitUnits are the units of a rate, in bits per second (k is 1000, as in tc).
+var bitUnits = []struct {
+	suffix string
+	bits   int64
+}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}}
+
+// ParseBandwidth reads a rate as tc writes it: a positive number, with a
+// decimal part if needed, followed by bit, kbit, mbit or gbit (per second,
+// k = 1000), such as 10mbit or 1.5gbit. It returns bytes per second, rounded
+// down, from MinBandwidth to MaxBandwidth.
+func ParseBandwidth(s string) (int64, error) {
+	bad := fmt.Errorf("%q is not a rate: write a number followed by bit, kbit, mbit or gbit (per second), as in 10mbit", s)
+	for _, u := range bitUnits {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		whole, frac, _ := strings.Cut(num, ".")
+		if !digits(whole) || strings.Contains(num, ".") && !digits(frac) {
+			return 0, bad
+		}
+		r, ok := new(big.Rat).SetString(num)
+		if !ok {
+			return 0, bad
+		}
+		r.Mul(r, big.NewRat(u.bits, 8))
+		switch {
+		case r.Cmp(big.NewRat(MinBandwidth, 1)) < 0:
+			return 0, fmt.Errorf("%q is below the minimum rate of 8kbit (1000 bytes per second)", s)
+		case r.Cmp(big.NewRat(MaxBandwidth, 1)) > 0:
+			return 0, fmt.Errorf("%q is above the maximum rate of 1000gbit", s)
+		}
+		return new(big.Int).Quo(r.Num(), r.Denom()).Int64(), nil
+	}
+	return 0, bad
+}
+
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
 		}
 	}
-	return false
+	return true
 }

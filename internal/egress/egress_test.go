@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,17 @@ func TestParseRule(t *testing.T) {
 		"exa mple.com":        "no scheme or path",
 		"169.254.169.254":     "always denied",
 		"[fe80::1]:80":        "always denied",
+		"100.100.100.200":     "link-local and cloud metadata addresses are always denied",
+		"127.0.0.1":           "loopback addresses are always denied",
+		"127.1.2.3:8080":      "loopback addresses are always denied",
+		"[::1]:22":            "loopback addresses are always denied",
+		"::ffff:127.0.0.1":    "loopback addresses are always denied",
+		"0.0.0.0":             "unspecified",
+		"[::]:443":            "unspecified",
+		"0.1.2.3":             "0.0.0.0/8",
+		"example.com:2375":    "the container engine's API port is always denied",
+		"*.example.com:2376":  "the container engine's API port is always denied",
+		"203.0.113.7:2375":    "the container engine's API port is always denied",
 		"[2001:db8::1":        "missing ]",
 	}
 	for in, want := range bad {
@@ -87,6 +99,13 @@ func TestDecide(t *testing.T) {
 		{"[fe80::1]", 443, false, "", "always denied"},
 		{"100.100.100.200", 80, false, "", "always denied"},
 		{"::ffff:169.254.169.254", 80, false, "", "always denied"},
+		{"127.0.0.1", 8443, false, "", "loopback addresses are always denied"},
+		{"[::1]", 443, false, "", "loopback addresses are always denied"},
+		{"::ffff:127.0.0.1", 443, false, "", "loopback addresses are always denied"},
+		{"0.0.0.0", 443, false, "", "the unspecified address and 0.0.0.0/8 are always denied"},
+		{"api.openrouter.ai", 2375, false, "", "the container engine's API port is always denied"},
+		{"s3.amazonaws.com", 2376, false, "", "the container engine's API port is always denied"},
+		{"203.0.113.7", 2375, false, "", "the container engine's API port is always denied"},
 		{"exa mple.com", 443, false, "", "not a valid host name"},
 	}
 	for _, tt := range tests {
@@ -94,6 +113,94 @@ func TestDecide(t *testing.T) {
 		if d.Allowed != tt.allowed || d.Rule != tt.rule || !strings.Contains(d.Reason, tt.reason) {
 			t.Errorf("Decide(%q, %d) = %+v, want allowed=%v rule=%q reason~%q", tt.host, tt.port, d, tt.allowed, tt.rule, tt.reason)
 		}
+		// Only the destinations no rule could allow say so.
+		always := strings.Contains(tt.reason, "always denied") || strings.Contains(tt.reason, "not a valid host name")
+		if d.AlwaysDenied != always {
+			t.Errorf("Decide(%q, %d).AlwaysDenied = %v, want %v", tt.host, tt.port, d.AlwaysDenied, always)
+		}
+	}
+}
+
+// TestEngineAPIPortBeatsRules: even a policy that could name the engine's
+// ports (rules built by hand, not parsed) cannot allow them.
+func TestEngineAPIPortBeatsRules(t *testing.T) {
+	t.Parallel()
+	p := Policy{Allow: []Rule{{Text: "docker.test:2375", Host: "docker.test", Port: 2375}}}
+	if d := p.Decide("docker.test", 2375); d.Allowed || !d.AlwaysDenied {
+		t.Errorf("Decide(docker.test, 2375) = %+v, want always denied", d)
+	}
+}
+
+func TestAlwaysDenied(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		"169.254.169.254": true, "fe80::1": true, "ff02::1": true, "100.100.100.200": true, "fd00:ec2::254": true,
+		"127.0.0.1": true, "127.255.255.254": true, "::1": true, "::ffff:127.0.0.1": true,
+		"0.0.0.0": true, "::": true, "0.255.0.1": true,
+		"203.0.113.7": false, "10.0.0.1": false, "198.18.0.2": false, "2001:db8::1": false, "::2": false,
+	} {
+		a := netip.MustParseAddr(in)
+		if got := AlwaysDenied(a); got != want {
+			t.Errorf("AlwaysDenied(%s) = %v, want %v", in, got, want)
+		}
+		if got := AlwaysDeniedReason(a) != ""; got != want {
+			t.Errorf("AlwaysDeniedReason(%s) = %q, want a reason: %v", in, AlwaysDeniedReason(a), want)
+		}
+	}
+}
+
+func TestParseBandwidth(t *testing.T) {
+	t.Parallel()
+	good := map[string]int64{
+		"10mbit":    1_250_000,
+		"8kbit":     1000,
+		"8000bit":   1000,
+		"1.5mbit":   187_500,
+		"0.5gbit":   62_500_000,
+		"1gbit":     125_000_000,
+		"1000gbit":  MaxBandwidth,
+		"100.0kbit": 12_500,
+		"8001bit":   1000, // 1000.125 bytes, rounded down
+	}
+	for in, want := range good {
+		t.Run(in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseBandwidth(in)
+			if err != nil || got != want {
+				t.Errorf("ParseBandwidth(%q) = %d, %v; want %d", in, got, err, want)
+			}
+		})
+	}
+	bad := map[string]string{
+		"":                            "is not a rate",
+		"10":                          "is not a rate",
+		"mbit":                        "is not a rate",
+		"10mb":                        "is not a rate",
+		"10 mbit":                     "is not a rate",
+		"10Mbit":                      "is not a rate",
+		"10mbps":                      "is not a rate",
+		"-1mbit":                      "is not a rate",
+		"+1mbit":                      "is not a rate",
+		"1e3kbit":                     "is not a rate",
+		".5mbit":                      "is not a rate",
+		"5.mbit":                      "is not a rate",
+		"1.2.3mbit":                   "is not a rate",
+		"10xbit":                      "is not a rate",
+		"0mbit":                       "below the minimum rate of 8kbit",
+		"7kbit":                       "below the minimum rate of 8kbit",
+		"7999bit":                     "below the minimum rate of 8kbit",
+		"1001gbit":                    "above the maximum",
+		"99999999999999999999999gbit": "above the maximum",
+	}
+	for in, want := range bad {
+		t.Run("bad "+in, func(t *testing.T) {
+			t.Parallel()
+			if got, err := ParseBandwidth(in); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("ParseBandwidth(%q) = %d, %v; want an error saying %q", in, got, err, want)
+			} else if want == "is not a rate" && !strings.Contains(err.Error(), "bit, kbit, mbit or gbit") {
+				t.Errorf("ParseBandwidth(%q): %v does not say the accepted form", in, err)
+			}
+		})
 	}
 }
 
@@ -137,5 +244,18 @@ func FuzzParseRule(f *testing.F) {
 		}
 		Policy{Allow: []Rule{r}}.Decide(host, port)
 		Policy{Deny: []Rule{r}}.Decide(host, port)
+	})
+}
+
+// FuzzParseBandwidth: no input panics, and an accepted rate is in range.
+func FuzzParseBandwidth(f *testing.F) {
+	for _, s := range []string{"10mbit", "1.5kbit", "8kbit", "0bit", "1e9gbit", ".bit", "9.9.9mbit"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseBandwidth(s)
+		if err == nil && (n < MinBandwidth || n > MaxBandwidth) {
+			t.Errorf("ParseBandwidth(%q) = %d, out of range", s, n)
+		}
 	})
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -64,7 +65,7 @@ func (d *DNS) ServeTCP(l net.Listener) error {
 	if d.Config == nil {
 		return errors.New("gateway: DNS.Config is required")
 	}
-	return d.Config.acceptEach(l, "dns", d.serveTCPConn)
+	return d.Config.acceptEach(l, "dns", func(_ context.Context, conn net.Conn) { d.serveTCPConn(conn) })
 }
 
 func (d *DNS) serveTCPConn(conn net.Conn) {

@@ -10,16 +10,26 @@
 //     by SNI, an HTTP listener that routes by Host, and TCP forwards for
 //     host:port rules, for tools that ignore proxy variables.
 //
+// Config.Bandwidth caps the bytes relayed each way, for the whole gateway.
+// Listen binds every listener of a gateway on its address, and the Server it
+// returns serves them all.
+//
 // The network is reached only through Config.Resolve and Config.Dial, so tests
-// point the gateway at servers they started themselves.
+// point the gateway at servers they started themselves. The gateway never
+// connects to an address no rule can allow (egress.AlwaysDenied), whatever
+// an allowed name resolves to, nor to an address it listens on.
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +39,8 @@ import (
 // Config is what one gateway enforces and how it reaches the outside.
 type Config struct {
 	Policy egress.Policy
-	// Profile names the profile file, for the hint in a denial.
+	// Profile is where the profile's network.allow is, as FILE:LINE (or
+	// FILE), for the hint in a denial; it is quoted as it is.
 	Profile string
 	// Resolve looks up an allowed name upstream. Default: net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -39,6 +50,16 @@ type Config struct {
 	Log *Logger
 	// Now is the clock of the log. Default: time.Now.
 	Now func() time.Time
+	// Bandwidth caps the relayed bytes, in bytes per second each way, shared
+	// by all the gateway's connections (egress.ParseBandwidth reads it from a
+	// profile). 0 means no cap. It is read at the first relayed byte.
+	Bandwidth int64
+
+	limitOnce sync.Once
+	limits    [2]*limiter // by direction; nil without a cap
+
+	ownMu sync.Mutex
+	own   []netip.Addr // where Listen listens: never an upstream
 }
 
 func (c *Config) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -109,13 +130,64 @@ func (c *Config) decide(client net.Addr, via, host string, port uint16) Entry {
 	return e
 }
 
-// DenialHint is what a denied client is told: the host and the profile line
-// that would allow it.
-func (c *Config) DenialHint(host string, port uint16, reason string) string {
-	where := "the profile"
-	if c.Profile != "" {
-		where = c.Profile
+// DenialHint is what a client denied host:port is told (the body of a 403,
+// for one): the destination, why, and what in the profile would allow it, or
+// that nothing can. Config.Profile locates the profile.
+func (c *Config) DenialHint(host string, port uint16) string {
+	d := c.Policy.Decide(host, port)
+	target := egress.Suggest(host, port)
+	where := cmp.Or(c.Profile, "the profile")
+	if d.Allowed {
+		return "propio-sandbox gateway: " + target + " is allowed (" + d.Reason + ").\n"
 	}
-	return "propio-sandbox gateway: " + egress.Suggest(host, port) + " is not allowed (" + reason + ").\n" +
-		"To allow it, add to network.allow in " + where + ":\n    - \"" + egress.Suggest(host, port) + "\"\n"
+	head := "propio-sandbox gateway: " + target + " is not allowed (" + d.Reason + ").\n"
+	add := "add to network.allow (" + where + "):\n    - " + strconv.Quote(target) + "\n"
+	switch {
+	case d.AlwaysDenied:
+		return head + "It can never be allowed: no rule in " + where + " can change that.\n"
+	case d.Rule != "": // a deny rule: say which would have to go
+		denies, after := withoutDenies(c.Policy, host, port)
+		quoted := make([]string, len(denies))
+		for i, r := range denies {
+			quoted[i] = strconv.Quote(r)
+		}
+		rules, that := strings.Join(quoted, " and "), "that deny rule"
+		if len(denies) > 1 {
+			that = "those deny rules"
+		}
+		head = "propio-sandbox gateway: " + target + " is not allowed: it is denied by network.deny " + rules + " in " + where + ".\n"
+		if after.Allowed {
+			return head + "Removing " + that + " would allow it (network.allow " + strconv.Quote(after.Rule) + " matches).\n"
+		}
+		return head + "To allow it, remove " + that + " and " + add
+	case isAddress(host):
+		return head + "To allow it, add an address rule to network.allow (" + where + "):\n    - " + strconv.Quote(target) + "\n"
+	}
+	return head + "To allow it, " + add
+}
+
+// isAddress reports whether host is an address rather than a name.
+func isAddress(host string) bool {
+	_, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil
+}
+
+// withoutDenies lists the deny rules of p that deny host:port (each that
+// still denies it once those before it are gone), and decides host:port
+// without them.
+func withoutDenies(p egress.Policy, host string, port uint16) ([]string, egress.Decision) {
+	p.Deny = slices.Clone(p.Deny)
+	var rules []string
+	for {
+		d := p.Decide(host, port)
+		if d.Allowed || d.AlwaysDenied || d.Rule == "" {
+			return rules, d
+		}
+		n := len(p.Deny)
+		p.Deny = slices.DeleteFunc(p.Deny, func(r egress.Rule) bool { return r.Text == d.Rule })
+		if len(p.Deny) == n {
+			return rules, d // a rule that is no deny rule: cannot happen
+		}
+		rules = append(rules, d.Rule)
+	}
 }

@@ -18,9 +18,9 @@ import (
 // ServeHTTPProxy serves the HTTP proxy on l: CONNECT host:port for anything
 // over TLS (or any TCP protocol a rule allows), and absolute-URI requests
 // (GET http://host/path) for plain HTTP. Every request is decided by the
-// policy; a denied one gets 403 Forbidden with a hint naming the rule that
-// would allow it. ServeHTTPProxy returns nil once l is closed, after closing
-// the connections it accepted.
+// policy; a denied one gets 403 Forbidden, its body the DenialHint.
+// ServeHTTPProxy returns nil once l is closed, after closing the connections
+// it accepted.
 func (c *Config) ServeHTTPProxy(l net.Listener) error {
 	return c.serve(l, "http", handshakeTimeout, c.serveHTTPConn)
 }
@@ -93,7 +93,7 @@ func (c *Config) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, r
 	if br.Buffered() > 0 { // the client did not wait for the 200
 		client = &bufferedConn{Conn: conn, r: br}
 	}
-	e.BytesUp, e.BytesDown = relay(client, up)
+	e.BytesUp, e.BytesDown = c.relay(ctx, client, up)
 	c.record(e)
 }
 
@@ -104,7 +104,7 @@ func (c *Config) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, r
 // the destination cannot be reached.
 func (c *Config) open(ctx context.Context, e *Entry, timeout time.Duration) (net.Conn, int, string) {
 	if !e.Allowed {
-		return nil, http.StatusForbidden, c.DenialHint(e.Host, e.Port, e.Reason)
+		return nil, http.StatusForbidden, c.DenialHint(e.Host, e.Port)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -157,7 +157,7 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 	conn.SetDeadline(time.Time{})
 
 	clientKeepAlive := !req.Close // before exchange closes the upstream side
-	sent, down := &countWriter{w: up}, &countWriter{w: conn}
+	sent, down := &countWriter{w: c.limit(ctx, up, dirUp)}, &countWriter{w: c.limit(ctx, conn, dirDown)}
 	resp, err := exchange(req, up, sent, down)
 	if err != nil {
 		e.BytesUp, e.BytesDown, e.Error = sent.n, down.n, err.Error()

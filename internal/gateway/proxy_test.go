@@ -2,8 +2,9 @@ package gateway
 
 // Tests of the explicit path (HTTP proxy, CONNECT, SOCKS5). Every server runs
 // on loopback and is started by the test; names end in .test and resolve only
-// through Config.Resolve, to loopback (or, for rebinding, to a metadata
-// address that is never dialed).
+// through Config.Resolve, to upstream4 (which testDial connects to loopback:
+// the gateway itself never dials loopback) or, for rebinding, to an address
+// that is never dialed.
 
 import (
 	"bufio"
@@ -35,23 +36,50 @@ const (
 	ioTimeout   = 10 * time.Second // any one step of a test
 )
 
-var loopback4 = netip.MustParseAddr("127.0.0.1")
+// upstream4 and upstream6 stand for the upstream servers of a test: names
+// resolve to them, and testDial connects to loopback in their place.
+var (
+	upstream4 = netip.MustParseAddr("192.0.2.1")   // TEST-NET-1
+	upstream6 = netip.MustParseAddr("2001:db8::1") // the documentation prefix
+)
+
+// testDial is the gateway's dialer in tests: upstream4 and upstream6 are the
+// loopback servers the test started, and any other address is refused, so a
+// bug cannot reach out.
+func testDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	to := map[netip.Addr]netip.Addr{upstream4: netip.AddrFrom4([4]byte{127, 0, 0, 1}), upstream6: netip.IPv6Loopback()}[ap.Addr()]
+	if !to.IsValid() {
+		return nil, fmt.Errorf("the test dialer refuses %s", addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, netip.AddrPortFrom(to, ap.Port()).String())
+}
 
 // testNames is what the test resolver knows; anything else fails to resolve.
 var testNames = map[string][]netip.Addr{
-	"allowed.test":       {loopback4},
-	"other.test":         {loopback4},
-	"wild.test":          {loopback4},
-	"sub.wild.test":      {loopback4},
-	"deep.sub.wild.test": {loopback4},
-	"api.corp.test":      {loopback4},
-	"secret.corp.test":   {loopback4},
-	"boom.test":          {loopback4},
+	"allowed.test":       {upstream4},
+	"other.test":         {upstream4},
+	"wild.test":          {upstream4},
+	"sub.wild.test":      {upstream4},
+	"deep.sub.wild.test": {upstream4},
+	"api.corp.test":      {upstream4},
+	"secret.corp.test":   {upstream4},
+	"boom.test":          {upstream4},
 	"rebind.test":        {netip.MustParseAddr("169.254.169.254")},
-	"mixed.test":         {loopback4, netip.MustParseAddr("169.254.169.254")},
+	"mixed.test":         {upstream4, netip.MustParseAddr("169.254.169.254")},
 	"mapped.test":        {netip.MustParseAddr("::ffff:169.254.169.254")},
 	"aws6.test":          {netip.MustParseAddr("fd00:ec2::254")},
+	"loop.test":          {netip.MustParseAddr("127.0.0.1")},
+	"loop6.test":         {netip.MustParseAddr("::1")},
+	"self.test":          {ownAddr},
 }
+
+// ownAddr stands for the gateway's own address in TestOwnAddress.
+var ownAddr = netip.MustParseAddr("192.0.2.9")
 
 func resolveTestNames(_ context.Context, host string) ([]netip.Addr, error) {
 	if host == "boom.test" {
@@ -81,7 +109,7 @@ func newExplicitGateway(t *testing.T, allow, deny []string, tweak func(*Config))
 		t.Fatal(err)
 	}
 	g := &explicitGateway{log: &entryLog{}}
-	g.cfg = &Config{Policy: p, Profile: testProfile, Resolve: resolveTestNames, Log: NewLogger(g.log)}
+	g.cfg = &Config{Policy: p, Profile: testProfile, Resolve: resolveTestNames, Dial: testDial, Log: NewLogger(g.log)}
 	if tweak != nil {
 		tweak(g.cfg)
 	}
@@ -255,10 +283,18 @@ func checkEntry(t *testing.T, e Entry, via, host string, port uint16, allowed bo
 	}
 }
 
-// checkHint checks the body of a 403 for a denied destination.
-func checkHint(t *testing.T, body, host string, port uint16) {
+// The advice of a denial hint, by kind of denial.
+const (
+	hintAdd     = "To allow it, add to network.allow (" + testProfile + "):\n    - "
+	hintAddress = "To allow it, add an address rule to network.allow (" + testProfile + "):\n    - "
+	hintNever   = "It can never be allowed: no rule in " + testProfile + " can change that."
+)
+
+// checkHint checks the body of a 403 for a denied destination: it names the
+// destination and the profile, and gives the advice want.
+func checkHint(t *testing.T, body, host string, port uint16, want string) {
 	t.Helper()
-	for _, want := range []string{egress.Suggest(host, port), "network.allow", testProfile} {
+	for _, want := range []string{egress.Suggest(host, port) + " is not allowed", testProfile, want} {
 		if !strings.Contains(body, want) {
 			t.Errorf("403 body %q does not contain %q", body, want)
 		}
@@ -327,15 +363,18 @@ func TestHTTPProxy(t *testing.T) {
 		want    int
 		rule    string
 		reason  string
+		hint    string
 		wantErr string
 	}{
 		{name: "allowed name", host: "allowed.test", port: port, want: 200, rule: allow[0], reason: "allowed by network.allow"},
 		{name: "name in upper case", host: "ALLOWED.test", port: port, want: 200, rule: allow[0], reason: "allowed by network.allow"},
-		{name: "denied name", host: "other.test", port: port, want: 403, reason: "no network.allow rule matches"},
-		{name: "allowed name on another port", host: "allowed.test", port: 8080, want: 403, reason: "no network.allow rule matches"},
-		{name: "default port 80", host: "allowed.test", port: 80, want: 403, reason: "no network.allow rule matches"},
-		{name: "raw address", host: "127.0.0.1", port: port, want: 403, reason: "raw addresses are denied"},
-		{name: "metadata address", host: "169.254.169.254", port: 80, want: 403, reason: "always denied"},
+		{name: "denied name", host: "other.test", port: port, want: 403, reason: "no network.allow rule matches", hint: hintAdd + `"other.test:` + strconv.Itoa(int(port)) + `"`},
+		{name: "allowed name on another port", host: "allowed.test", port: 8080, want: 403, reason: "no network.allow rule matches", hint: hintAdd + `"allowed.test:8080"`},
+		{name: "default port 80", host: "allowed.test", port: 80, want: 403, reason: "no network.allow rule matches", hint: hintAdd + `"allowed.test"`},
+		{name: "raw address", host: "192.0.2.1", port: port, want: 403, reason: "raw addresses are denied", hint: hintAddress + `"192.0.2.1:` + strconv.Itoa(int(port)) + `"`},
+		{name: "metadata address", host: "169.254.169.254", port: 80, want: 403, reason: "always denied", hint: hintNever},
+		{name: "loopback address", host: "127.0.0.1", port: port, want: 403, reason: "loopback addresses are always denied", hint: hintNever},
+		{name: "engine API port", host: "allowed.test", port: 2375, want: 403, reason: "the container engine's API port is always denied", hint: hintNever},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,7 +403,7 @@ func TestHTTPProxy(t *testing.T) {
 				}
 				return
 			}
-			checkHint(t, body, tt.host, tt.port)
+			checkHint(t, body, tt.host, tt.port, tt.hint)
 			if e.BytesUp != 0 || e.BytesDown != 0 || e.Error != "" {
 				t.Errorf("a denial logged bytes %d/%d, error %q; want none", e.BytesUp, e.BytesDown, e.Error)
 			}
@@ -596,25 +635,33 @@ type ruleCase struct {
 	rule        string // the rule that decides, if any
 	reason      string
 	allowed     bool
+	hint        string // in the 403 of a denial
 }
 
 // ruleCases is that table; p and q are the ports of two greeters the test
 // started, so allowed cases reach a real upstream.
 func ruleCases(p, q uint16) []ruleCase {
 	hp := func(host string) string { return hostPort(host, p) }
+	q1 := strconv.Quote
+	up4 := upstream4.String()
 	return []ruleCase{
-		{"host:port allows that port", []string{hp("allowed.test")}, nil, "allowed.test", p, hp("allowed.test"), "allowed by", true},
-		{"host:port allows no other port", []string{hp("allowed.test")}, nil, "allowed.test", q, "", "no network.allow rule matches", false},
-		{"a name rule allows no other name", []string{hp("allowed.test")}, nil, "other.test", p, "", "no network.allow rule matches", false},
-		{"a rule without a port allows 80 and 443 only", []string{"allowed.test"}, nil, "allowed.test", p, "", "no network.allow rule matches", false},
-		{"wildcard allows a subdomain", []string{hp("*.wild.test")}, nil, "sub.wild.test", p, hp("*.wild.test"), "allowed by", true},
-		{"wildcard allows a deeper subdomain", []string{hp("*.wild.test")}, nil, "deep.sub.wild.test", p, hp("*.wild.test"), "allowed by", true},
-		{"wildcard does not allow the name itself", []string{hp("*.wild.test")}, nil, "wild.test", p, "", "no network.allow rule matches", false},
-		{"deny beats allow", []string{hp("*.corp.test")}, []string{hp("secret.corp.test")}, "secret.corp.test", p, hp("secret.corp.test"), "denied by network.deny", false},
-		{"deny leaves the rest allowed", []string{hp("*.corp.test")}, []string{hp("secret.corp.test")}, "api.corp.test", p, hp("*.corp.test"), "allowed by", true},
-		{"raw address without an address rule", []string{hp("allowed.test")}, nil, "127.0.0.1", p, "", "raw addresses are denied", false},
-		{"address rule allows that address", []string{hp("127.0.0.1")}, nil, "127.0.0.1", p, hp("127.0.0.1"), "allowed by", true},
-		{"metadata address", []string{hp("allowed.test")}, nil, "169.254.169.254", 80, "", "always denied", false},
+		{"host:port allows that port", []string{hp("allowed.test")}, nil, "allowed.test", p, hp("allowed.test"), "allowed by", true, ""},
+		{"host:port allows no other port", []string{hp("allowed.test")}, nil, "allowed.test", q, "", "no network.allow rule matches", false, hintAdd + q1(hostPort("allowed.test", q))},
+		{"a name rule allows no other name", []string{hp("allowed.test")}, nil, "other.test", p, "", "no network.allow rule matches", false, hintAdd + q1(hp("other.test"))},
+		{"a rule without a port allows 80 and 443 only", []string{"allowed.test"}, nil, "allowed.test", p, "", "no network.allow rule matches", false, hintAdd + q1(hp("allowed.test"))},
+		{"wildcard allows a subdomain", []string{hp("*.wild.test")}, nil, "sub.wild.test", p, hp("*.wild.test"), "allowed by", true, ""},
+		{"wildcard allows a deeper subdomain", []string{hp("*.wild.test")}, nil, "deep.sub.wild.test", p, hp("*.wild.test"), "allowed by", true, ""},
+		{"wildcard does not allow the name itself", []string{hp("*.wild.test")}, nil, "wild.test", p, "", "no network.allow rule matches", false, hintAdd + q1(hp("wild.test"))},
+		{"deny beats allow", []string{hp("*.corp.test")}, []string{hp("secret.corp.test")}, "secret.corp.test", p, hp("secret.corp.test"), "denied by network.deny", false,
+			"it is denied by network.deny " + q1(hp("secret.corp.test")) + " in " + testProfile + ".\nRemoving that deny rule would allow it (network.allow " + q1(hp("*.corp.test")) + " matches)."},
+		{"deny without an allow rule", nil, []string{hp("secret.corp.test")}, "secret.corp.test", p, hp("secret.corp.test"), "denied by network.deny", false,
+			"it is denied by network.deny " + q1(hp("secret.corp.test")) + " in " + testProfile + ".\nTo allow it, remove that deny rule and add to network.allow (" + testProfile + "):\n    - " + q1(hp("secret.corp.test"))},
+		{"deny leaves the rest allowed", []string{hp("*.corp.test")}, []string{hp("secret.corp.test")}, "api.corp.test", p, hp("*.corp.test"), "allowed by", true, ""},
+		{"raw address without an address rule", []string{hp("allowed.test")}, nil, up4, p, "", "raw addresses are denied", false, hintAddress + q1(hp(up4))},
+		{"address rule allows that address", []string{hp(up4)}, nil, up4, p, hp(up4), "allowed by", true, ""},
+		{"metadata address", []string{hp("allowed.test")}, nil, "169.254.169.254", 80, "", "always denied", false, hintNever},
+		{"loopback address", []string{hp("allowed.test")}, nil, "127.0.0.1", p, "", "loopback addresses are always denied", false, hintNever},
+		{"engine API port", []string{"allowed.test"}, nil, "allowed.test", 2376, "", "the container engine's API port is always denied", false, hintNever},
 	}
 }
 
@@ -634,9 +681,7 @@ func TestCONNECTRules(t *testing.T) {
 				if resp.StatusCode != 403 {
 					t.Fatalf("CONNECT %s: %s %q, want 403", hostPort(tt.host, tt.port), resp.Status, body)
 				}
-				if tt.rule == "" { // a deny rule's hint is checked below
-					checkHint(t, body, tt.host, tt.port)
-				}
+				checkHint(t, body, tt.host, tt.port, tt.hint)
 				if !strings.Contains(body, tt.reason) {
 					t.Errorf("403 body %q does not say why (%q)", body, tt.reason)
 				}
@@ -655,24 +700,20 @@ func TestCONNECTRules(t *testing.T) {
 	}
 }
 
-// recordingDial dials loopback and counts every call.
+// recordingDial is testDial, counting every call.
 func recordingDial(calls *atomic.Int32) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		calls.Add(1)
-		ap, err := netip.ParseAddrPort(addr)
-		if err != nil || !ap.Addr().IsLoopback() {
-			return nil, fmt.Errorf("the test dialer refuses %s", addr)
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
+		return testDial(ctx, network, addr)
 	}
 }
 
-// TestRebinding: an allowed name that resolves to a metadata address is
-// refused on every path, without dialing anything, and the log says why.
+// TestRebinding: an allowed name that resolves to a metadata or loopback
+// address is refused on every path, without dialing anything, and the log
+// says why.
 func TestRebinding(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"rebind.test", "mixed.test", "mapped.test", "aws6.test"} {
+	for _, name := range []string{"rebind.test", "mixed.test", "mapped.test", "aws6.test", "loop.test", "loop6.test"} {
 		for _, via := range []string{"http", "connect", "socks5"} {
 			t.Run(name+"/"+via, func(t *testing.T) {
 				t.Parallel()
@@ -710,6 +751,36 @@ func TestRebinding(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestOwnAddress: an allowed name that resolves to an address the gateway
+// listens on is refused without dialing (the gateway would connect to its own
+// listeners, in a loop).
+func TestOwnAddress(t *testing.T) {
+	t.Parallel()
+	for _, via := range []string{"connect", "socks5"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			g := newExplicitGateway(t, []string{"self.test", "allowed.test"}, nil, func(c *Config) {
+				c.Dial = recordingDial(&calls)
+				c.addOwn(ownAddr)
+			})
+			target := hostPort("self.test", 443)
+			if via == "connect" {
+				_, _, resp := connectVia(t, g.http, target, nil)
+				if body := readBody(t, resp); resp.StatusCode != 403 || !strings.Contains(body, "self.test resolves to 192.0.2.9: the gateway's own address is always denied") {
+					t.Errorf("%s %q, want 403 saying why", resp.Status, body)
+				}
+			} else if _, err := socksDial(t, g.socks, target); err == nil || !strings.Contains(err.Error(), "not allowed by ruleset") {
+				t.Errorf("SOCKS5 CONNECT %s: %v, want connection not allowed by ruleset", target, err)
+			}
+			if n := calls.Load(); n != 0 {
+				t.Errorf("the gateway dialed %d times, want none", n)
+			}
+			checkEntry(t, g.log.wait(t, 1)[0], via, "self.test", 443, false, "", "the gateway's own address is always denied")
+		})
 	}
 }
 
@@ -851,7 +922,7 @@ func TestServeShutdown(t *testing.T) {
 			t.Parallel()
 			p, _ := startGreeter(t, "tcp4")
 			log := &entryLog{}
-			c := &Config{Policy: mustPolicy(t, hostPort("allowed.test", p)), Resolve: resolveTestNames, Log: NewLogger(log)}
+			c := &Config{Policy: mustPolicy(t, hostPort("allowed.test", p)), Resolve: resolveTestNames, Dial: testDial, Log: NewLogger(log)}
 			serve := c.ServeHTTPProxy
 			if via == "socks5" {
 				serve = c.ServeSOCKS

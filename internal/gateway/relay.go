@@ -1,8 +1,9 @@
 package gateway
 
-// This file holds what the explicit servers share: the accept loop (with
-// shutdown, handshake deadlines and panic recovery), the upstream connection
-// (resolve, refuse metadata addresses, dial) and relay, the byte pump.
+// This file holds what every server shares: the accept loop (with shutdown,
+// handshake deadlines and panic recovery), the upstream connection (resolve,
+// refuse the addresses no rule can allow, dial) and relay, the byte pump
+// (which the bandwidth cap slows).
 
 import (
 	"context"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,12 +102,40 @@ func (c *Config) record(e Entry) {
 // refusedError is an allowed name that resolved to an address no rule can
 // allow (DNS rebinding to a metadata service, for one).
 type refusedError struct {
-	host string
-	addr netip.Addr
+	host   string
+	addr   netip.Addr
+	reason string
 }
 
 func (e *refusedError) Error() string {
-	return fmt.Sprintf("%s resolves to %s: link-local and cloud metadata addresses are always denied", e.host, e.addr)
+	return fmt.Sprintf("%s resolves to %s: %s", e.host, e.addr, e.reason)
+}
+
+// ownReason is why the gateway never connects to an address it listens on:
+// it would be talking to itself, in a loop.
+const ownReason = "the gateway's own address is always denied"
+
+// refuses says why an upstream may never be a, or returns "".
+func (c *Config) refuses(a netip.Addr) string {
+	a = a.Unmap()
+	if why := egress.AlwaysDeniedReason(a); why != "" {
+		return why
+	}
+	c.ownMu.Lock()
+	defer c.ownMu.Unlock()
+	if slices.Contains(c.own, a) {
+		return ownReason
+	}
+	return ""
+}
+
+// addOwn records an address the gateway listens on.
+func (c *Config) addOwn(a netip.Addr) {
+	c.ownMu.Lock()
+	defer c.ownMu.Unlock()
+	if a = a.Unmap(); !slices.Contains(c.own, a) {
+		c.own = append(c.own, a)
+	}
 }
 
 // lookupError is a name that did not resolve.
@@ -115,9 +145,10 @@ func (e *lookupError) Error() string { return e.err.Error() }
 func (e *lookupError) Unwrap() error { return e.err }
 
 // upstream connects to an allowed host:port: an address is dialed as it is, a
-// name is resolved with c.resolve. If any address is always denied the
-// connection is refused without dialing anything (*refusedError); otherwise
-// the addresses are tried in order and the first that answers is returned.
+// name is resolved with c.resolve. If any address is always denied, or is one
+// the gateway listens on, the connection is refused without dialing anything
+// (*refusedError); otherwise the addresses are tried in order and the first
+// that answers is returned.
 func (c *Config) upstream(ctx context.Context, host string, port uint16) (net.Conn, error) {
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
@@ -132,8 +163,8 @@ func (c *Config) upstream(ctx context.Context, host string, port uint16) (net.Co
 		}
 	}
 	for _, a := range addrs {
-		if egress.AlwaysDenied(a.Unmap()) {
-			return nil, &refusedError{host: host, addr: a.Unmap()}
+		if why := c.refuses(a); why != "" {
+			return nil, &refusedError{host: host, addr: a.Unmap(), reason: why}
 		}
 	}
 	var errs []error
@@ -153,25 +184,32 @@ func (c *Config) upstream(ctx context.Context, host string, port uint16) (net.Co
 	return nil, fmt.Errorf("connecting to %s: %w", net.JoinHostPort(host, fmt.Sprint(port)), errors.Join(errs...))
 }
 
-// relay copies a to b and b to a until both directions have ended, and
-// returns the bytes copied each way (up: a to b). A direction that reaches EOF
-// half-closes its destination (CloseWrite where the connection has it), so
-// the other direction can still finish; a direction that fails closes both
-// connections, so the other one cannot hang.
-func relay(a, b net.Conn) (up, down int64) {
+// relay copies a (the sandbox's side) to b (the upstream) and b to a until
+// both directions have ended, and returns the bytes copied each way (up: a to
+// b), each no faster than the gateway's bandwidth cap allows. A direction that
+// reaches EOF half-closes its destination (CloseWrite where the connection has
+// it), so the other direction can still finish; a direction that fails closes
+// both connections, so the other one cannot hang. ctx ending stops a
+// direction waiting for the cap.
+func (c *Config) relay(ctx context.Context, a, b net.Conn) (up, down int64) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { down = pump(a, b) })
-	up = pump(b, a)
+	wg.Go(func() { down = pump(c.limit(ctx, a, dirDown), a, b, cancel) })
+	up = pump(c.limit(ctx, b, dirUp), b, a, cancel)
 	wg.Wait()
 	return up, down
 }
 
-// pump copies src to dst once, for relay.
-func pump(dst, src net.Conn) int64 {
-	n, err := io.Copy(dst, src)
+// pump copies src to dst, through w (dst, or dst behind the bandwidth cap),
+// once, for relay. On failure it closes both connections and calls fail, which
+// wakes the other direction if it waits for the cap.
+func pump(w io.Writer, dst, src net.Conn, fail func()) int64 {
+	n, err := io.Copy(w, src)
 	if err != nil {
 		dst.Close()
 		src.Close()
+		fail()
 		return n
 	}
 	if cw, ok := dst.(interface{ CloseWrite() error }); !ok || cw.CloseWrite() != nil {

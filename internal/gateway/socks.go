@@ -122,7 +122,7 @@ func (c *Config) serveSOCKSConn(ctx context.Context, conn net.Conn, timeout time
 		return
 	}
 	conn.SetDeadline(time.Time{})
-	e.BytesUp, e.BytesDown = relay(conn, up)
+	e.BytesUp, e.BytesDown = c.relay(ctx, conn, up)
 	c.record(e)
 }
 

@@ -80,7 +80,7 @@ func TestSOCKS5(t *testing.T) {
 	}
 }
 
-// TestSOCKS5IPv6 reaches [::1] through an address rule.
+// TestSOCKS5IPv6 reaches an IPv6 upstream (on [::1]) through an address rule.
 func TestSOCKS5IPv6(t *testing.T) {
 	t.Parallel()
 	if l, err := net.Listen("tcp6", "[::1]:0"); err != nil {
@@ -89,14 +89,14 @@ func TestSOCKS5IPv6(t *testing.T) {
 		l.Close()
 	}
 	p, _ := startGreeter(t, "tcp6")
-	target := hostPort("::1", p)
+	target := hostPort(upstream6.String(), p)
 	g := newExplicitGateway(t, []string{target}, nil, nil)
 	conn, err := socksDial(t, g.socks, target)
 	if err != nil {
 		t.Fatalf("SOCKS5 CONNECT %s: %v", target, err)
 	}
 	greet(t, conn, bufio.NewReader(conn))
-	checkEntry(t, g.log.wait(t, 1)[0], "socks5", "::1", p, true, target, "allowed by")
+	checkEntry(t, g.log.wait(t, 1)[0], "socks5", upstream6.String(), p, true, target, "allowed by")
 }
 
 // TestSOCKS5Protocol speaks SOCKS5 by hand for what a well-behaved client
@@ -163,14 +163,14 @@ func TestSOCKS5Protocol(t *testing.T) {
 func TestSOCKS5BoundAddress(t *testing.T) {
 	t.Parallel()
 	p, _ := startGreeter(t, "tcp4")
-	g := newExplicitGateway(t, []string{hostPort("127.0.0.1", p)}, nil, nil)
+	g := newExplicitGateway(t, []string{hostPort(upstream4.String(), p)}, nil, nil)
 	conn, err := net.DialTimeout("tcp", g.socks, ioTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(ioTimeout))
-	req := cat([]byte{5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1}, binary.BigEndian.AppendUint16(nil, p))
+	req := cat([]byte{5, 1, 0, 5, 1, 0, 1}, upstream4.AsSlice(), binary.BigEndian.AppendUint16(nil, p))
 	if _, err := conn.Write(req); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestSOCKS5BoundAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(reply[:10], []byte{5, 0, 5, 0, 0, 1, 127, 0, 0, 1}) || binary.BigEndian.Uint16(reply[10:]) == 0 {
-		t.Fatalf("reply % x, want success bound to 127.0.0.1 and a port", reply)
+		t.Fatalf("reply % x, want success bound to 127.0.0.1 (the gateway's end, on loopback here) and a port", reply)
 	}
 	greet(t, conn, bufio.NewReader(conn))
 	g.log.wait(t, 1)

@@ -29,7 +29,7 @@ const (
 // on port, is reset. The handshake is not terminated: the bytes go to the
 // upstream as the client sent them.
 func (c *Config) ServeTLS(l net.Listener, port uint16) error {
-	return c.acceptEach(l, "sni", func(conn net.Conn) {
+	return c.acceptEach(l, "sni", func(ctx context.Context, conn net.Conn) {
 		_ = conn.SetReadDeadline(time.Now().Add(peekTimeout))
 		name, replay, err := peekSNI(conn)
 		if err != nil {
@@ -42,7 +42,7 @@ func (c *Config) ServeTLS(l net.Listener, port uint16) error {
 			c.resetRefused(conn, e)
 			return
 		}
-		c.forwardAllowed(conn, replay, e)
+		c.forwardAllowed(ctx, conn, replay, e)
 	})
 }
 
@@ -50,9 +50,9 @@ func (c *Config) ServeTLS(l net.Listener, port uint16) error {
 // header of their first request, until l is closed; then it returns nil.
 // port is the port the sandbox dialled (80 in production), which is also the
 // upstream port; a port in the Host header does not change it. A denied
-// request gets a 403 whose body says which network.allow line would allow it.
+// request gets a 403 whose body is the DenialHint.
 func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
-	return c.acceptEach(l, "host", func(conn net.Conn) {
+	return c.acceptEach(l, "host", func(ctx context.Context, conn net.Conn) {
 		_ = conn.SetReadDeadline(time.Now().Add(peekTimeout))
 		host, _, replay, err := peekHost(conn)
 		if err != nil {
@@ -65,10 +65,10 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 		e := c.decide(conn.RemoteAddr(), "host", host, port)
 		if !e.Allowed {
 			_ = c.Log.Write(e)
-			writeHTTPRefusal(conn, "403 Forbidden", c.DenialHint(host, port, e.Reason))
+			writeHTTPRefusal(conn, "403 Forbidden", c.DenialHint(host, port))
 			return
 		}
-		up, err := c.dialChecked(&e)
+		up, err := c.dialChecked(ctx, &e)
 		if up == nil {
 			_ = c.Log.Write(e)
 			if !e.Allowed {
@@ -78,7 +78,7 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 			}
 			return
 		}
-		c.pipeLogged(conn, replay, up, e)
+		c.pipeLogged(ctx, conn, replay, up, e)
 	})
 }
 
@@ -88,13 +88,13 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 // port, on which the gateway listens. Each connection is decided again, so a
 // forward left running after its rule is gone passes nothing.
 func (c *Config) ServeForward(l net.Listener, host string, port uint16) error {
-	return c.acceptEach(l, "tcp", func(conn net.Conn) {
+	return c.acceptEach(l, "tcp", func(ctx context.Context, conn net.Conn) {
 		e := c.decide(conn.RemoteAddr(), "tcp", host, port)
 		if !e.Allowed {
 			c.resetRefused(conn, e)
 			return
 		}
-		c.forwardAllowed(conn, conn, e)
+		c.forwardAllowed(ctx, conn, conn, e)
 	})
 }
 
@@ -102,17 +102,18 @@ func (c *Config) ServeForward(l net.Listener, host string, port uint16) error {
 // sends it replay (what the client sent, first what was peeked) and pipes
 // both ways; it logs e with the byte counts. A client whose upstream cannot
 // be reached, or may never be reached, is reset.
-func (c *Config) forwardAllowed(conn net.Conn, replay io.Reader, e Entry) {
-	up, _ := c.dialChecked(&e)
+func (c *Config) forwardAllowed(ctx context.Context, conn net.Conn, replay io.Reader, e Entry) {
+	up, _ := c.dialChecked(ctx, &e)
 	if up == nil {
 		c.resetRefused(conn, e)
 		return
 	}
-	c.pipeLogged(conn, replay, up, e)
+	c.pipeLogged(ctx, conn, replay, up, e)
 }
 
-func (c *Config) pipeLogged(conn net.Conn, replay io.Reader, up net.Conn, e Entry) {
-	e.BytesUp, e.BytesDown = relay(&bufferedConn{Conn: conn, r: replay}, up)
+func (c *Config) pipeLogged(ctx context.Context, conn net.Conn, replay io.Reader, up net.Conn, e Entry) {
+	defer up.Close()
+	e.BytesUp, e.BytesDown = c.relay(ctx, &bufferedConn{Conn: conn, r: replay}, up)
 	_ = c.Log.Write(e)
 }
 
@@ -120,8 +121,8 @@ func (c *Config) pipeLogged(conn net.Conn, replay io.Reader, up net.Conn, e Entr
 // it returns no connection it has updated e: Allowed false with the reason
 // for an address no rule can allow (DNS rebinding), or Error when the
 // upstream could not be reached.
-func (c *Config) dialChecked(e *Entry) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), upstreamTimeout)
+func (c *Config) dialChecked(ctx context.Context, e *Entry) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, upstreamTimeout)
 	defer cancel()
 	up, err := c.upstream(ctx, e.Host, e.Port)
 	var refused *refusedError
@@ -168,7 +169,7 @@ func writeHTTPRefusal(conn net.Conn, status, body string) {
 
 // acceptEach serves each connection on l with handle, through serve (which
 // owns the accept loop, shutdown and panic recovery); the transparent
-// servers set their own deadlines.
-func (c *Config) acceptEach(l net.Listener, via string, handle func(net.Conn)) error {
-	return c.serve(l, via, handshakeTimeout, func(_ context.Context, conn net.Conn, _ time.Duration) { handle(conn) })
+// servers set their own deadlines. ctx ends when the server shuts down.
+func (c *Config) acceptEach(l net.Listener, via string, handle func(ctx context.Context, conn net.Conn)) error {
+	return c.serve(l, via, handshakeTimeout, func(ctx context.Context, conn net.Conn, _ time.Duration) { handle(ctx, conn) })
 }

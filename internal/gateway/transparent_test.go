@@ -27,8 +27,8 @@ import (
 )
 
 // loopbackNet is the gateway's view of the network in a test: names map to
-// addresses, every lookup and dial is recorded, and dials go only to
-// loopback (anything else fails the dial, so a bug cannot reach out).
+// addresses, every lookup and dial is recorded, and a dial to upstream4 goes
+// to loopback (any other fails, so a bug cannot reach out).
 type loopbackNet struct {
 	names map[string][]netip.Addr
 	// port, when set, replaces the port of every dial: the test's upstream
@@ -58,14 +58,14 @@ func (n *loopbackNet) dial(ctx context.Context, network, addr string) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	if a, err := netip.ParseAddr(host); err != nil || !a.IsLoopback() {
-		return nil, fmt.Errorf("test dial to %s refused: not a loopback address", addr)
+	if a, err := netip.ParseAddr(host); err != nil || a != upstream4 {
+		return nil, fmt.Errorf("test dial to %s refused: not the test's upstream address", addr)
 	}
 	if n.port != "" {
 		port = n.port
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, net.JoinHostPort(host, port))
+	return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
 }
 
 func (n *loopbackNet) calls() (resolved, dialed []string) {
@@ -133,17 +133,18 @@ func portOf(t *testing.T, addr string) string {
 	return port
 }
 
-var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+// upstreamAddrs is what the names of the transparent tests resolve to.
+var upstreamAddrs = []netip.Addr{upstream4}
 
 func TestServeTLS(t *testing.T) {
 	t.Parallel()
 	upstream := tlsUpstream(t)
 	n := &loopbackNet{
 		names: map[string][]netip.Addr{
-			"allowed.test": loopback,
-			"denied.test":  loopback,
+			"allowed.test": upstreamAddrs,
+			"denied.test":  upstreamAddrs,
 			"rebind.test":  {netip.MustParseAddr("169.254.169.254")},
-			"mixed.test":   {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fd00:ec2::254")},
+			"mixed.test":   {upstream4, netip.MustParseAddr("fd00:ec2::254")},
 		},
 		port: portOf(t, upstream.URL),
 	}
@@ -239,8 +240,8 @@ func TestServeTLS(t *testing.T) {
 	// Subtests without t.Parallel have all finished here.
 	resolved, dialed := n.calls()
 	for _, d := range dialed {
-		if d != "127.0.0.1:443" {
-			t.Errorf("the gateway dialled %s; only allowed.test (127.0.0.1:443) may be dialled", d)
+		if d != "192.0.2.1:443" {
+			t.Errorf("the gateway dialled %s; only allowed.test (192.0.2.1:443) may be dialled", d)
 		}
 	}
 	for _, r := range resolved {
@@ -258,7 +259,7 @@ func TestServeHostHTTP(t *testing.T) {
 	}))
 	t.Cleanup(upstream.Close)
 	n := &loopbackNet{
-		names: map[string][]netip.Addr{"allowed.test": loopback, "denied.test": loopback, "rebind.test": {netip.MustParseAddr("169.254.169.254")}},
+		names: map[string][]netip.Addr{"allowed.test": upstreamAddrs, "denied.test": upstreamAddrs, "rebind.test": {netip.MustParseAddr("169.254.169.254")}},
 		port:  portOf(t, upstream.URL),
 	}
 	c, log := newTransparentConfig(t, []string{"allowed.test", "rebind.test", "unresolvable.test"}, nil, n)
@@ -303,7 +304,7 @@ func TestServeHostHTTP(t *testing.T) {
 		"denied": {
 			request: "GET / HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n",
 			status:  403,
-			body:    []string{"denied.test is not allowed (no network.allow rule matches)", "add to network.allow in .propio/sandbox.yaml", `- "denied.test"`},
+			body:    []string{"denied.test is not allowed (no network.allow rule matches)", "add to network.allow (.propio/sandbox.yaml):", `- "denied.test"`},
 			log:     Entry{Host: "denied.test", Reason: "no network.allow rule matches"},
 		},
 		"denied with a body still unread": {
@@ -358,7 +359,7 @@ func TestServeHostHTTPClient(t *testing.T) {
 		fmt.Fprint(w, "plain upstream")
 	}))
 	t.Cleanup(upstream.Close)
-	n := &loopbackNet{names: map[string][]netip.Addr{"allowed.test": loopback}, port: portOf(t, upstream.URL)}
+	n := &loopbackNet{names: map[string][]netip.Addr{"allowed.test": upstreamAddrs}, port: portOf(t, upstream.URL)}
 	c, _ := newTransparentConfig(t, []string{"allowed.test"}, nil, n)
 	gw := startServing(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
@@ -373,7 +374,7 @@ func TestServeHostHTTPClient(t *testing.T) {
 		status    int
 	}{
 		{"http://allowed.test/", "plain upstream", 200},
-		{"http://denied.test/", `add to network.allow in .propio/sandbox.yaml:` + "\n" + `    - "denied.test"`, 403},
+		{"http://denied.test/", `add to network.allow (.propio/sandbox.yaml):` + "\n" + `    - "denied.test"`, 403},
 	} {
 		resp, err := client.Get(tt.url)
 		if err != nil {
@@ -427,7 +428,7 @@ func TestServeForward(t *testing.T) {
 		b, _ := io.ReadAll(conn)
 		_, _ = fmt.Fprintf(conn, "got %q", b)
 	})
-	n := &loopbackNet{names: map[string][]netip.Addr{"ssh.test": loopback, "echo.test": loopback, "rebind.test": {netip.MustParseAddr("169.254.169.254")}}}
+	n := &loopbackNet{names: map[string][]netip.Addr{"ssh.test": upstreamAddrs, "echo.test": upstreamAddrs, "rebind.test": {netip.MustParseAddr("169.254.169.254")}}}
 	rule := fmt.Sprintf("ssh.test:%d", greetPort)
 	c, log := newTransparentConfig(t, []string{rule, fmt.Sprintf("echo.test:%d", echoPort), fmt.Sprintf("rebind.test:%d", greetPort)}, nil, n)
 	// The same host:port with the rule absent.

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestDenialHint: the hint names the destination, why it is denied, and the
+// change to the profile that would allow it (a rule to add, a deny rule to
+// remove), or says that none can.
+func TestDenialHint(t *testing.T) {
+	t.Parallel()
+	const where = ".propio/sandbox.yaml:12"
+	allow := []string{"api.test", "*.corp.test", "*.shop.test", "ssh.test:22"}
+	deny := []string{"secret.corp.test", "*.pay.shop.test", "card.pay.shop.test", "evil.test"}
+	tests := map[string]struct {
+		profile string
+		host    string
+		port    uint16
+		want    string // the whole hint
+	}{
+		"no rule for a name": {
+			host: "other.test", port: 443,
+			want: "propio-sandbox gateway: other.test is not allowed (no network.allow rule matches).\n" +
+				"To allow it, add to network.allow (" + where + "):\n    - \"other.test\"\n",
+		},
+		"no rule for a port": {
+			host: "api.test", port: 8443,
+			want: "propio-sandbox gateway: api.test:8443 is not allowed (no network.allow rule matches).\n" +
+				"To allow it, add to network.allow (" + where + "):\n    - \"api.test:8443\"\n",
+		},
+		"no profile location": {
+			profile: "-", host: "other.test", port: 80,
+			want: "propio-sandbox gateway: other.test is not allowed (no network.allow rule matches).\n" +
+				"To allow it, add to network.allow (the profile):\n    - \"other.test\"\n",
+		},
+		"a raw address": {
+			host: "203.0.113.7", port: 443,
+			want: "propio-sandbox gateway: 203.0.113.7 is not allowed (raw addresses are denied unless an address rule allows them).\n" +
+				"To allow it, add an address rule to network.allow (" + where + "):\n    - \"203.0.113.7\"\n",
+		},
+		"a raw IPv6 address on a port": {
+			host: "2001:db8::7", port: 22,
+			want: "propio-sandbox gateway: [2001:db8::7]:22 is not allowed (raw addresses are denied unless an address rule allows them).\n" +
+				"To allow it, add an address rule to network.allow (" + where + "):\n    - \"[2001:db8::7]:22\"\n",
+		},
+		"a deny rule over an allow rule": {
+			host: "secret.corp.test", port: 443,
+			want: "propio-sandbox gateway: secret.corp.test is not allowed: it is denied by network.deny \"secret.corp.test\" in " + where + ".\n" +
+				"Removing that deny rule would allow it (network.allow \"*.corp.test\" matches).\n",
+		},
+		"two deny rules": {
+			host: "card.pay.shop.test", port: 443,
+			want: "propio-sandbox gateway: card.pay.shop.test is not allowed: it is denied by network.deny \"*.pay.shop.test\" and \"card.pay.shop.test\" in " + where + ".\n" +
+				"Removing those deny rules would allow it (network.allow \"*.shop.test\" matches).\n",
+		},
+		"a deny rule and no allow rule": {
+			host: "evil.test", port: 443,
+			want: "propio-sandbox gateway: evil.test is not allowed: it is denied by network.deny \"evil.test\" in " + where + ".\n" +
+				"To allow it, remove that deny rule and add to network.allow (" + where + "):\n    - \"evil.test\"\n",
+		},
+		"metadata": {
+			host: "169.254.169.254", port: 80,
+			want: "propio-sandbox gateway: 169.254.169.254 is not allowed (link-local and cloud metadata addresses are always denied).\n" +
+				"It can never be allowed: no rule in " + where + " can change that.\n",
+		},
+		"loopback": {
+			host: "127.0.0.1", port: 8080,
+			want: "propio-sandbox gateway: 127.0.0.1:8080 is not allowed (loopback addresses are always denied, since in the gateway loopback is the gateway itself).\n" +
+				"It can never be allowed: no rule in " + where + " can change that.\n",
+		},
+		"the engine's API port": {
+			host: "ssh.test", port: 2376,
+			want: "propio-sandbox gateway: ssh.test:2376 is not allowed (the container engine's API port is always denied, on any host).\n" +
+				"It can never be allowed: no rule in " + where + " can change that.\n",
+		},
+		"allowed": {
+			host: "ssh.test", port: 22,
+			want: "propio-sandbox gateway: ssh.test:22 is allowed (allowed by network.allow \"ssh.test:22\").\n",
+		},
+	}
+	p := mustPolicy(t, allow...)
+	p.Deny = mustPolicy(t, deny...).Allow
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := &Config{Policy: p, Profile: where}
+			if tt.profile == "-" {
+				c.Profile = ""
+			}
+			if got := c.DenialHint(tt.host, tt.port); got != tt.want {
+				t.Errorf("DenialHint(%q, %d):\n%s\nwant:\n%s", tt.host, tt.port, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDenialHintNamesWhatTheClientAsked: the hint quotes the destination as
+// the rule to write, normalised, so it can be pasted into the profile.
+func TestDenialHintNamesWhatTheClientAsked(t *testing.T) {
+	t.Parallel()
+	c := &Config{Profile: "p.yaml"}
+	if got := c.DenialHint("Other.TEST.", 443); !strings.Contains(got, `- "other.test"`) {
+		t.Errorf("hint %q, want the rule other.test", got)
+	}
+}
