@@ -78,6 +78,8 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newSchema(a),
 		newInit(a),
 		newTrust(a),
+		newGateway(a),
+		newLogs(a),
 		newVersion(a),
 	)
 	return root

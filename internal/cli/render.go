@@ -8,6 +8,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/fsutil"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
@@ -30,7 +31,13 @@ The output is deterministic and loads with any Compose implementation.`,
 			if err != nil {
 				return err
 			}
-			project, err := e.project(p, command, generator.ProjectName(e.workspace, ""))
+			o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
+			if p.Network.Mode == "allowlist" {
+				if err := gatewayOptions(&o); err != nil {
+					fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
+				}
+			}
+			project, err := e.project(p, o)
 			if err != nil {
 				return err
 			}
@@ -65,13 +72,50 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 }
 
 // project gathers the host facts p needs and generates its Compose project.
-func (e env) project(p *profile.Profile, command []string, projectName string) (*types.Project, error) {
+func (e env) project(p *profile.Profile, o generator.Options) (*types.Project, error) {
 	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
 	if err != nil {
 		return nil, err
 	}
 	// Its errors name the profile file, line and column already.
-	return generator.Generate(p, host, generator.Options{Project: projectName, Command: command})
+	return generator.Generate(p, host, o)
+}
+
+// Environment variables that change where the allowlist gateway comes from
+// and goes out through.
+const (
+	// envGatewayBinary names a Linux build of propio-sandbox to make the
+	// gateway image from, for a launcher that is not one (macOS).
+	envGatewayBinary = "PROPIO_SANDBOX_GATEWAY_BINARY"
+	// envGatewayNetwork names an existing network for the gateway's way out,
+	// instead of one made for each sandbox.
+	envGatewayNetwork = "PROPIO_SANDBOX_GATEWAY_NETWORK"
+)
+
+// gatewayBinary is the executable the gateway image is made of: this one,
+// unless PROPIO_SANDBOX_GATEWAY_BINARY names another.
+func gatewayBinary() (string, error) {
+	if exe := os.Getenv(envGatewayBinary); exe != "" {
+		return exe, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding this executable for the gateway image: %w", err)
+	}
+	return exe, nil
+}
+
+// gatewayOptions fills in the gateway's image and outside network.
+func gatewayOptions(o *generator.Options) error {
+	o.OutsideNetwork = os.Getenv(envGatewayNetwork)
+	exe, err := gatewayBinary()
+	if err != nil {
+		return err
+	}
+	if o.GatewayImage, err = gatewayimage.Tag(exe); err != nil {
+		return err
+	}
+	return nil
 }
 
 // missingRequired lists the required variables the launcher's environment lacks.

@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/moby/term"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
 )
@@ -81,7 +85,14 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	if p.Resources.Timeout != "" {
 		timeout, _ = time.ParseDuration(p.Resources.Timeout) // Check has parsed it
 	}
-	project, err := e.project(p, command, generator.ProjectName(e.workspace, runID()))
+	o := generator.Options{Project: generator.ProjectName(e.workspace, runID()), Command: command}
+	allowlist := p.Network.Mode == "allowlist"
+	if allowlist {
+		if err := gatewayOptions(&o); err != nil {
+			return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
+		}
+	}
+	project, err := e.project(p, o)
 	if err != nil {
 		return err
 	}
@@ -93,12 +104,27 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		} else if len(removed) > 0 {
 			fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
 		}
-		code, err := eng.Run(ctx, project, engine.RunOptions{
-			TTY:         isTerminal(a.stdin) && isTerminal(a.stdout),
-			Interactive: true,
-			Timeout:     timeout,
-			Build:       f.build,
-		})
+		var code int
+		for attempt := 1; ; attempt++ {
+			if allowlist {
+				if project, err = a.prepareGateway(ctx, eng, e, p, o); err != nil {
+					return err
+				}
+			}
+			code, err = eng.Run(ctx, project, engine.RunOptions{
+				TTY:         isTerminal(a.stdin) && isTerminal(a.stdout),
+				Interactive: true,
+				Timeout:     timeout,
+				Build:       f.build,
+			})
+			// Another launcher took the same network at the same moment:
+			// number it again and retry.
+			if !allowlist || !errors.Is(err, engine.ErrSubnetTaken) || attempt == 3 {
+				break
+			}
+			os.Remove(filepath.Join(e.dirs.LogDir(), generator.LogFile(o.Project)))
+			o.Project = generator.ProjectName(e.workspace, runID())
+		}
 		switch {
 		case err != nil && code != 0:
 			return withCode{engineHint(err, p, a.profile), code}
@@ -109,6 +135,45 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		}
 		return nil
 	})
+}
+
+// prepareGateway numbers the sandbox network apart from the engine's,
+// generates the project, makes sure the gateway's image exists (building it
+// from this executable when it does not) and starts the decision log.
+func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options) (*types.Project, error) {
+	used, err := eng.UsedSubnets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if o.Subnet, err = generator.PickSubnet(o.Project, used); err != nil {
+		return nil, err
+	}
+	project, err := e.project(p, o)
+	if err != nil {
+		return nil, err
+	}
+	has, err := eng.HasImage(ctx, o.GatewayImage)
+	if err != nil {
+		return nil, err
+	}
+	if !has {
+		exe, err := gatewayBinary()
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(a.stderr, "%s: making the gateway image %s from %s\n", name, o.GatewayImage, exe)
+		bctx, err := gatewayimage.Context(exe)
+		if err != nil {
+			return nil, withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
+		}
+		if err := eng.BuildContext(ctx, o.GatewayImage, bctx); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := startLog(e.dirs.LogDir(), logHeader{Time: time.Now().UTC(), Event: "start", Project: o.Project, Workspace: e.workspace, Profile: p.Meta.File}); err != nil {
+		return nil, err
+	}
+	return project, nil
 }
 
 // withEngine connects to the engine with the launcher's streams, calls fn,

@@ -194,6 +194,15 @@ func prepare(project *types.Project, o RunOptions) (*types.Project, types.Servic
 		maps.Copy(labels, s.Labels)
 		maps.Copy(labels, launcher)
 		s.Labels = labels
+		// The labels the Compose loader would add, by which the SDK finds
+		// the containers it created (the gateway's, started before the run).
+		s.CustomLabels = types.Labels{
+			api.ProjectLabel:    p.Name,
+			api.ServiceLabel:    name,
+			api.VersionLabel:    api.ComposeVersion,
+			api.WorkingDirLabel: p.WorkingDir,
+			api.OneoffLabel:     "False",
+		}
 		p.Services[name] = s
 	}
 	svc = p.Services[generator.Service]

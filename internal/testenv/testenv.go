@@ -97,6 +97,9 @@ func buildLauncher() error {
 	launcher = filepath.Join(dir, "propio-sandbox")
 	build := exec.Command("go", "build", "-o", launcher, "./cmd/propio-sandbox")
 	build.Dir = RepoRoot()
+	// Static, as bin/propio-sandbox builds it: the allowlist gateway's image
+	// is made of this binary.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("%v\n%s", err, out)
 	}

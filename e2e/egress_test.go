@@ -1,0 +1,448 @@
+package e2e
+
+// The allowlist (network.mode allowlist) end to end. Each test stands up its
+// own "internet": a network with probe servers on it, named by the engine's
+// DNS aliases (allowed.test, denied.test, ...), with a certificate from a
+// test CA; the sandbox's gateway goes out through that network
+// (PROPIO_SANDBOX_GATEWAY_NETWORK). No packet goes to a public address and
+// no real name is looked up.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// internet is a test's outside world.
+type internet struct {
+	t       *testing.T
+	Network string
+	CADir   string            // ca.pem, server.pem, server.key
+	IP      map[string]string // server name -> its IPv4 address on the network
+	IP6     map[string]string // server name -> its IPv6 address, when the network has IPv6
+	ids     map[string]string
+}
+
+// servers are the internet's hosts and the names that lead to them.
+var servers = map[string][]string{
+	"alpha": {"allowed.test", "tcp.test"},
+	"beta":  {"denied.test", "wild.test", "sub.wild.test", "blocked.wild.test"},
+}
+
+func newInternet(t *testing.T) *internet {
+	t.Helper()
+	requireEngine(t)
+	in := &internet{t: t, Network: "propio-e2e-inet-" + randomID(), IP: map[string]string{}, IP6: map[string]string{}, ids: map[string]string{}}
+	// IPv6 when the engine allows it on a user network, so the test can also
+	// show that a sandbox has no IPv6 route out; plain IPv4 otherwise.
+	v6 := fmt.Sprintf("fd%s:%s::/64", randomID()[:2], randomID()[:4])
+	if _, err := docker("network", "create", "--label", "dev.propio-sandbox.e2e=1", "--ipv6", "--subnet", v6, in.Network); err != nil {
+		if _, err := docker("network", "create", "--label", "dev.propio-sandbox.e2e=1", in.Network); err != nil {
+			t.Fatalf("creating the test internet: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, id := range in.ids {
+			docker("rm", "-f", id)
+		}
+		docker("network", "rm", in.Network)
+	})
+	in.CADir = filepath.Join(t.TempDir(), "certs")
+	if err := os.MkdirAll(in.CADir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, aliases := range servers {
+		names = append(names, aliases...)
+	}
+	makeTestCA(t, in.CADir, append(names, "*.wild.test")...)
+	for name, aliases := range servers {
+		args := []string{"run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", in.Network, "-v", in.CADir + ":/certs:ro"}
+		for _, a := range aliases {
+			args = append(args, "--network-alias", a)
+		}
+		id, err := docker(append(args, ProbeImage, "serve", name)...)
+		if err != nil {
+			t.Fatalf("starting server %s: %v", name, err)
+		}
+		in.ids[name] = strings.TrimSpace(id)
+	}
+	for name, id := range in.ids {
+		in.waitLog(name, "serving "+name)
+		ips, err := docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{.GlobalIPv6Address}}{{end}}", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(ips)
+		in.IP[name] = f[0]
+		if len(f) > 1 {
+			in.IP6[name] = f[1]
+		}
+	}
+	return in
+}
+
+// Logs is what a server printed: one line per connection, request and datagram.
+func (in *internet) Logs(name string) string {
+	out, err := docker("logs", in.ids[name])
+	if err != nil {
+		in.t.Fatalf("logs of %s: %v", name, err)
+	}
+	return out
+}
+
+func (in *internet) waitLog(name, want string) {
+	in.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(in.Logs(name), want) {
+		if time.Now().After(deadline) {
+			in.t.Fatalf("server %s never printed %q:\n%s", name, want, in.Logs(name))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// running is an allowlist sandbox kept alive (its command sleeps) so that a
+// test can run probes inside it with docker exec: the same network
+// namespace, environment and DNS as the agent's own command.
+type running struct {
+	s       *sandbox
+	cmd     *exec.Cmd
+	done    chan Result
+	Agent   string // container id
+	Gateway string // the gateway's address on the sandbox network
+}
+
+func startAllowlist(t *testing.T, s *sandbox, in *internet, profileYAML string) *running {
+	t.Helper()
+	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
+	prof := s.Profile(profileYAML)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	r := &running{s: s, cmd: s.Command(ctx, "run", "-p", prof, "--", "sleep", "5m"), done: make(chan Result, 1)}
+	go func() {
+		res, err := execute(ctx, r.cmd)
+		if err != nil {
+			res.Stderr += "\n" + err.Error()
+			res.Code = -1
+		}
+		r.done <- res
+	}()
+	t.Cleanup(func() { r.Stop() })
+	label := "label=dev.propio-sandbox.workspace=" + s.Workspace
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, _ := docker("ps", "-q", "--filter", label, "--filter", "label=com.docker.compose.service=agent", "--filter", "status=running")
+		if id := strings.TrimSpace(out); id != "" {
+			r.Agent = id
+			break
+		}
+		select {
+		case res := <-r.done:
+			t.Fatalf("the sandbox ended before it ran:\n%s", res)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox did not start in 2 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	gw, err := docker("exec", r.Agent, "/probe", "env", "HTTP_PROXY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Gateway = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(gw), "HTTP_PROXY=http://"), ":3128")
+	if _, err := netip.ParseAddr(r.Gateway); err != nil {
+		t.Fatalf("HTTP_PROXY in the sandbox is %q", gw)
+	}
+	return r
+}
+
+// Probe runs the probe inside the sandbox and returns its output and whether
+// it succeeded.
+func (r *running) Probe(args ...string) (string, bool) {
+	r.s.t.Helper()
+	out, err := docker(append([]string{"exec", r.Agent, "/probe"}, args...)...)
+	return out, err == nil
+}
+
+// Stop ends the launcher (SIGTERM) and returns how it ended; the sandbox,
+// gateway and networks go with it.
+func (r *running) Stop() Result {
+	if r.cmd.Process != nil && r.cmd.ProcessState == nil {
+		r.cmd.Process.Signal(os.Interrupt)
+	}
+	select {
+	case res := <-r.done:
+		r.done <- res
+		return res
+	case <-time.After(time.Minute):
+		r.s.t.Error("the launcher did not end a minute after SIGINT")
+		r.cmd.Process.Kill()
+		return Result{Code: -1}
+	}
+}
+
+// decisions reads the gateway's log through `propio-sandbox logs --json`.
+func decisions(t *testing.T, s *sandbox, denied bool) []map[string]any {
+	t.Helper()
+	args := []string{"logs", "--json"}
+	if denied {
+		args = append(args, "--denied")
+	}
+	res := s.Run("", args...)
+	if res.Code != 0 {
+		t.Fatalf("logs:\n%s", res)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		if line == "" {
+			continue
+		}
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("logs --json line %q: %v", line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func logged(entries []map[string]any, via, host string, allowed bool) bool {
+	for _, e := range entries {
+		if e["via"] == via && e["host"] == host && e["allowed"] == allowed {
+			return true
+		}
+	}
+	return false
+}
+
+const allowlistProfile = `
+network:
+  mode: allowlist
+  allow: [allowed.test, "*.wild.test", "tcp.test:22"]
+  deny: [blocked.wild.test]
+mounts:
+  - {source: %s, target: /certs}
+`
+
+func TestAllowlist(t *testing.T) {
+	s := newSandbox(t)
+	in := newInternet(t)
+	r := startAllowlist(t, s, in, fmt.Sprintf(allowlistProfile, in.CADir))
+	ca := "--cacert=/certs/ca.pem"
+
+	allowed := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"proxy http", []string{"fetch", "http://allowed.test/p1"}, "alpha http allowed.test /p1"},
+		{"proxy https connect", []string{"fetch", ca, "https://allowed.test/p2"}, "alpha http allowed.test /p2"},
+		{"socks5", []string{"fetch", "--socks", "http://allowed.test/p3"}, "alpha http allowed.test /p3"},
+		{"transparent http by host", []string{"fetch", "--no-proxy", "http://allowed.test/t1"}, "alpha http allowed.test /t1"},
+		{"transparent tls by sni", []string{"fetch", "--no-proxy", ca, "https://allowed.test/t2"}, "alpha http allowed.test /t2"},
+		{"wildcard subdomain", []string{"fetch", "http://sub.wild.test/w"}, "beta http sub.wild.test /w"},
+		{"wildcard subdomain transparent", []string{"fetch", "--no-proxy", ca, "https://sub.wild.test/w2"}, "beta http sub.wild.test /w2"},
+		{"host:port rule as tcp", []string{"tcp", "tcp.test:22", "hello"}, "greeting: alpha tcp 22\necho: hello"},
+	}
+	for _, c := range allowed {
+		t.Run("allowed/"+c.name, func(t *testing.T) {
+			out, ok := r.Probe(c.args...)
+			if !ok || !strings.Contains(out, c.want) {
+				t.Fatalf("probe %v: ok=%v, want %q in:\n%s", c.args, ok, c.want, out)
+			}
+		})
+	}
+
+	// Denied through the proxy: a 403 that names the host and the profile
+	// line to change. Denied transparently: the name does not resolve.
+	denied := []struct {
+		name, url, rule string
+	}{
+		{"unlisted name", "http://denied.test/", "no network.allow rule matches"},
+		{"wildcard does not cover its base name", "http://wild.test/", "no network.allow rule matches"},
+		{"deny beats allow", "http://blocked.wild.test/", `network.deny "blocked.wild.test"`},
+		{"port rule allows only its port", "http://tcp.test:7/", "no network.allow rule matches"},
+		{"metadata address", "http://169.254.169.254/latest/meta-data/", "always denied"},
+		{"raw address of an outside server", "http://" + in.IP["alpha"] + "/", "raw addresses are denied"},
+		{"the gateway's own proxy port", "http://" + r.Gateway + ":3128/", "raw addresses are denied"},
+		// HTTP clients never send localhost to a proxy; SOCKS5 below does.
+		{"loopback of the gateway", "http://localhost:3128/", ""},
+	}
+	for _, c := range denied {
+		t.Run("denied/"+c.name, func(t *testing.T) {
+			out, _ := r.Probe("fetch", c.url)
+			if c.rule != "" && (!strings.Contains(out, "status 403") || !strings.Contains(out, c.rule) || !strings.Contains(out, "profile.yaml")) {
+				t.Errorf("through the proxy: want a 403 naming %q and the profile, got:\n%s", c.rule, out)
+			}
+			if out, ok := r.Probe("fetch", "--socks", c.url); reached(out, ok) {
+				t.Errorf("through SOCKS5: reached it:\n%s", out)
+			}
+			if out, ok := r.Probe("fetch", "--no-proxy", "--timeout=3s", c.url); reached(out, ok) {
+				t.Errorf("without the proxy: reached it:\n%s", out)
+			}
+		})
+	}
+	t.Run("denied/tcp port without a rule", func(t *testing.T) {
+		if out, ok := r.Probe("tcp", "tcp.test:7", "hello"); ok {
+			t.Errorf("reached port 7:\n%s", out)
+		}
+	})
+	t.Run("denied/name does not resolve", func(t *testing.T) {
+		out, ok := r.Probe("resolve", "denied.test")
+		if ok {
+			t.Errorf("denied.test resolved:\n%s", out)
+		}
+		if out, ok := r.Probe("resolve", "allowed.test"); !ok || strings.TrimSpace(out) != r.Gateway {
+			t.Errorf("allowed.test resolves to %q, want the gateway %s", out, r.Gateway)
+		}
+	})
+
+	// Bypass attempts.
+	t.Run("bypass/direct to an outside server's address", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"fetch", "--no-proxy", "--timeout=3s", "http://" + in.IP["alpha"] + "/direct"},
+			{"tcp", "--timeout=3s", in.IP["alpha"] + ":22", "direct"},
+		} {
+			if out, ok := r.Probe(args...); ok {
+				t.Errorf("%v reached the server:\n%s", args, out)
+			}
+		}
+		if strings.Contains(in.Logs("alpha"), "/direct") {
+			t.Errorf("the server saw the direct request:\n%s", in.Logs("alpha"))
+		}
+	})
+	t.Run("bypass/dns to another resolver", func(t *testing.T) {
+		// The outside server answers UDP on 53; no datagram may reach it.
+		if out, ok := r.Probe("dns", "--timeout=2s", in.IP["alpha"]+":53", "allowed.test"); ok {
+			t.Errorf("got an answer from an outside resolver:\n%s", out)
+		}
+		// The engine's own resolver in the sandbox forwards only to the gateway.
+		out, _ := r.Probe("dns", "--timeout=3s", "127.0.0.11:53", "denied.test")
+		if len(answers(out)) > 0 {
+			t.Errorf("the engine's resolver answered denied.test:\n%s", out)
+		}
+	})
+	t.Run("bypass/dns tunnelling through the gateway", func(t *testing.T) {
+		name := "c2VjcmV0LWRhdGE.exfil.denied.test"
+		out, _ := r.Probe("dns", r.Gateway+":53", name, "A")
+		if !strings.Contains(out, "rcode REFUSED") {
+			t.Errorf("the gateway answered a query for a denied name:\n%s", out)
+		}
+		out, _ = r.Probe("dns", r.Gateway+":53", name, "AAAA")
+		if !strings.Contains(out, "rcode REFUSED") {
+			t.Errorf("the gateway answered an AAAA query for a denied name:\n%s", out)
+		}
+	})
+	t.Run("bypass/metadata address direct", func(t *testing.T) {
+		if out, ok := r.Probe("tcp", "--timeout=3s", "169.254.169.254:80", "x"); ok {
+			t.Errorf("reached the metadata address:\n%s", out)
+		}
+	})
+	t.Run("bypass/ipv6", func(t *testing.T) {
+		target := "[fd00:ec2::254]:80"
+		if ip := in.IP6["alpha"]; ip != "" {
+			target = "[" + ip + "]:22"
+		}
+		if out, ok := r.Probe("tcp", "--timeout=3s", target, "v6"); ok {
+			t.Errorf("reached %s over IPv6:\n%s", target, out)
+		}
+		out, _ := r.Probe("dns", r.Gateway+":53", "allowed.test", "AAAA")
+		if len(answers(out)) > 0 {
+			t.Errorf("the gateway gave an IPv6 address:\n%s", out)
+		}
+	})
+	t.Run("bypass/gateway control ports", func(t *testing.T) {
+		for _, port := range []string{"2375", "2376", "8080", "9090", "8443"} {
+			if out, ok := r.Probe("connect", r.Gateway+":"+port); ok {
+				t.Errorf("port %s of the gateway answers:\n%s", port, out)
+			}
+		}
+		// Nothing on the outside network can use the gateway as a proxy: its
+		// listeners are bound to its sandbox address only.
+		ip, err := docker("inspect", "-f", `{{(index .NetworkSettings.Networks "`+in.Network+`").IPAddress}}`, gatewayContainer(t, s))
+		if err != nil || strings.TrimSpace(ip) == "" {
+			t.Fatalf("the gateway's outside address: %v %q", err, ip)
+		}
+		out, err := docker("run", "--rm", "--network", in.Network, ProbeImage, "connect", strings.TrimSpace(ip)+":3128")
+		if err == nil {
+			t.Errorf("the gateway's proxy answers on the outside network:\n%s", out)
+		}
+	})
+	t.Run("bypass/udp to an outside server", func(t *testing.T) {
+		if out, ok := r.Probe("udp", "--timeout=2s", in.IP["alpha"]+":9", "udp-bypass"); ok {
+			t.Errorf("got a UDP reply:\n%s", out)
+		}
+		if out, ok := r.Probe("udp", "--timeout=2s", "allowed.test:9", "udp-bypass"); ok {
+			t.Errorf("got a UDP reply through the allowed name:\n%s", out)
+		}
+		if logs := in.Logs("alpha"); strings.Contains(logs, "udp-bypass") {
+			t.Errorf("a datagram reached the server:\n%s", logs)
+		}
+	})
+
+	// Every decision is in the log, on the host, while the sandbox runs.
+	t.Run("log", func(t *testing.T) {
+		all := decisions(t, s, false)
+		for _, want := range []struct {
+			via, host string
+			allowed   bool
+		}{
+			{"http", "allowed.test", true}, {"connect", "allowed.test", true}, {"socks5", "allowed.test", true},
+			{"host", "allowed.test", true}, {"sni", "allowed.test", true}, {"tcp", "tcp.test", true},
+			{"dns", "allowed.test", true}, {"http", "denied.test", false}, {"dns", "denied.test", false},
+			{"http", "blocked.wild.test", false},
+		} {
+			if !logged(all, want.via, want.host, want.allowed) {
+				t.Errorf("no log entry via %s for %s allowed=%v", want.via, want.host, want.allowed)
+			}
+		}
+		for _, e := range decisions(t, s, true) {
+			if e["allowed"] != false {
+				t.Errorf("logs --denied shows an allowed entry: %v", e)
+			}
+		}
+		for _, e := range all {
+			if e["via"] == "connect" && e["allowed"] == true && e["bytes_down"].(float64) <= 0 {
+				t.Errorf("allowed CONNECT logged no bytes: %v", e)
+			}
+		}
+	})
+
+	if res := r.Stop(); res.Code != 130 {
+		t.Errorf("launcher after SIGINT: %s", res)
+	}
+}
+
+// reached reports whether a fetch got a successful answer (a refusal by the
+// gateway is an answer too, but not a 2xx one).
+func reached(out string, ok bool) bool { return ok && strings.Contains(out, "status 2") }
+
+// answers are the addresses in the probe's dns output.
+func answers(out string) []string {
+	var addrs []string
+	for _, line := range strings.Split(out, "\n") {
+		if _, err := netip.ParseAddr(strings.TrimSpace(line)); err == nil {
+			addrs = append(addrs, strings.TrimSpace(line))
+		}
+	}
+	return addrs
+}
+
+// gatewayContainer is the id of the sandbox's gateway container.
+func gatewayContainer(t *testing.T, s *sandbox) string {
+	t.Helper()
+	out, err := docker("ps", "-q", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "label=com.docker.compose.service=gateway")
+	if err != nil || strings.TrimSpace(out) == "" {
+		t.Fatalf("no gateway container: %v", err)
+	}
+	return strings.TrimSpace(out)
+}
