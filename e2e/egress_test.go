@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // internet is a test's outside world.
@@ -445,4 +447,67 @@ func gatewayContainer(t *testing.T, s *sandbox) string {
 		t.Fatalf("no gateway container: %v", err)
 	}
 	return strings.TrimSpace(out)
+}
+
+// TestBuiltinAllowlistProfiles renders and runs the built-in strict and
+// standard profiles (the image is propio-sandbox/agent, which .ci/run
+// builds): the gateway and both networks are in the render; inside, the proxy
+// variables point at the gateway, a request to a name no rule allows gets the
+// gateway's 403, the root filesystem is read-only, a secrets file reads empty,
+// and nothing of the user's git or SSH setup is there.
+func TestBuiltinAllowlistProfiles(t *testing.T) {
+	for _, name := range []string{"strict", "standard"} {
+		t.Run(name, func(t *testing.T) {
+			s := newSandbox(t)
+			if out, err := docker("image", "inspect", "propio-sandbox/agent:latest"); err != nil {
+				dockerfileSkipOrFail(t, "the agent image is missing (build it with `propio-sandbox build`, as .ci/run does): %v %s", err, firstLine(out))
+			}
+			res := s.Run("", "render", "-p", name)
+			if res.Code != 0 {
+				t.Fatalf("render:\n%s", res)
+			}
+			var doc struct {
+				Services map[string]struct {
+					Networks map[string]any `yaml:"networks"`
+				} `yaml:"services"`
+				Networks map[string]struct {
+					Internal bool `yaml:"internal"`
+				} `yaml:"networks"`
+			}
+			if err := yaml.Unmarshal([]byte(res.Stdout), &doc); err != nil {
+				t.Fatalf("render output: %v\n%s", err, res.Stdout)
+			}
+			if _, ok := doc.Services["gateway"]; !ok || !doc.Networks["sandbox"].Internal || len(doc.Services["agent"].Networks) != 1 || len(doc.Services["gateway"].Networks) != 2 {
+				t.Fatalf("render does not show the agent on the internal network and the gateway on both:\n%s", res.Stdout)
+			}
+			if _, ok := doc.Networks["outside"]; !ok {
+				t.Fatalf("render shows no outside network:\n%s", res.Stdout)
+			}
+
+			os.WriteFile(filepath.Join(s.Workspace, ".env"), []byte("API_TOKEN=secret-in-dotenv\n"), 0o644)
+			os.WriteFile(filepath.Join(s.Home, ".gitconfig"), []byte("[user]\n\tname = Host User\n"), 0o644)
+			s.Env = append(s.Env, "SSH_AUTH_SOCK=/tmp/ssh-agent.sock", "GITHUB_TOKEN=ghp_should_not_pass", "ANTHROPIC_API_KEY=sk-test-passed")
+			script := `echo "proxy=$HTTPS_PROXY"
+echo "ssh=${SSH_AUTH_SOCK:-unset} gh=${GITHUB_TOKEN:-unset} key=${ANTHROPIC_API_KEY:+set}"
+echo "dotenv=[$(cat .env)]"
+git config --global user.name || echo "no git identity"
+echo "denied=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://denied.test/)"
+touch /usr/local/probe-write 2>&1 || true`
+			res = s.Run("", "-p", name, "--", "bash", "-c", script)
+			if res.Code != 0 {
+				t.Fatalf("run -p %s:\n%s", name, res)
+			}
+			for _, want := range []string{"proxy=http://198.1", "ssh=unset gh=unset key=set", "dotenv=[]", "no git identity", "denied=403", "Read-only file system"} {
+				if !strings.Contains(res.Stdout, want) {
+					t.Errorf("run -p %s: want %q in:\n%s", name, want, res)
+				}
+			}
+			if strings.Contains(res.Stdout+res.Stderr, "sk-test-passed") {
+				t.Errorf("a passed secret's value appears in the output:\n%s", res)
+			}
+			if !logged(decisions(t, s, true), "http", "denied.test", false) {
+				t.Errorf("logs --denied has no entry for denied.test")
+			}
+		})
+	}
 }
