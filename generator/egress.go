@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"path"
+	"path/filepath"
 	"strconv"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -152,7 +153,13 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	// The agent: only on the sandbox network, its DNS the gateway's, and the
 	// proxy variables set for the tools that honour them.
 	agent.Networks = map[string]*types.ServiceNetworkConfig{SandboxNetwork: nil}
+	// Its resolver is the gateway itself, not the engine's (which would
+	// forward to the gateway anyway, one hop later): a resolv.conf of its own,
+	// read-only. The engine's resolver forwards to the gateway too.
 	agent.DNS = types.StringList{gw.String()}
+	if h.ResolvDir != "" {
+		agent.Volumes = append(agent.Volumes, bind(filepath.Join(h.ResolvDir, ResolvConfName(gw)), "/etc/resolv.conf", true))
+	}
 	agent.DependsOn = types.DependsOnConfig{GatewayService: {Condition: types.ServiceConditionStarted, Required: true}}
 	proxy := "http://" + gw.String() + ":" + strconv.Itoa(ProxyPort)
 	socks := "socks5h://" + gw.String() + ":" + strconv.Itoa(SOCKSPort)
@@ -164,6 +171,15 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		agent.Environment[k] = ptr(v)
 	}
 	return nil
+}
+
+// ResolvConfName is the file, in Host.ResolvDir, that points a sandbox's DNS
+// at the gateway at addr; ResolvConf is its content.
+func ResolvConfName(addr netip.Addr) string { return "gateway-" + addr.String() + ".conf" }
+
+// ResolvConf is the resolv.conf of a sandbox behind the gateway at addr.
+func ResolvConf(addr netip.Addr) string {
+	return "# written by propio-sandbox: this sandbox's only resolver is its egress gateway\nnameserver " + addr.String() + "\noptions ndots:0\n"
 }
 
 // LogFile is the name of a sandbox's gateway log in the log directory.

@@ -54,6 +54,9 @@ type Host struct {
 	Exists map[string]bool
 	// LogDir is the host directory of the allowlist gateways' decision logs.
 	LogDir string
+	// ResolvDir is the host directory of the resolv.conf files that point an
+	// allowlist sandbox's DNS at its gateway (ResolvConf names one).
+	ResolvDir string
 }
 
 // Match is a workspace entry matched by a readonly or hide pattern.

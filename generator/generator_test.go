@@ -45,6 +45,7 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 		EnvNames:   []string{"ANTHROPIC_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HOME", "OPENROUTER_API_KEY", "PATH", "PIP_INDEX_URL", "TERM"},
 		EmptyFile:  "/home/dev/.local/state/propio-sandbox/empty",
 		LogDir:     "/home/dev/.local/state/propio-sandbox/logs",
+		ResolvDir:  "/home/dev/.local/state/propio-sandbox/resolv",
 		Exists:     map[string]bool{},
 	}
 	// The workspace's readonly and hide matches come from a real tree, matched

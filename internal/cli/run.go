@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/moby/term"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
@@ -170,10 +172,30 @@ func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *
 			return nil, err
 		}
 	}
+	if err := writeResolvConf(e.dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
+		return nil, err
+	}
 	if _, err := startLog(e.dirs.LogDir(), logHeader{Time: time.Now().UTC(), Event: "start", Project: o.Project, Workspace: e.workspace, Profile: p.Meta.File}); err != nil {
 		return nil, err
 	}
 	return project, nil
+}
+
+// writeResolvConf writes the resolv.conf that points a sandbox at its
+// gateway, unless it is there already (each gateway address has its own).
+func writeResolvConf(dir string, gw netip.Addr) error {
+	path := filepath.Join(dir, generator.ResolvConfName(gw))
+	want := generator.ResolvConf(gw)
+	if b, err := os.ReadFile(path); err == nil && string(b) == want {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	if err := fsutil.WriteFileAtomic(path, []byte(want), 0o644); err != nil {
+		return fmt.Errorf("writing the sandbox's resolv.conf: %w", err)
+	}
+	return nil
 }
 
 // withEngine connects to the engine with the launcher's streams, calls fn,

@@ -55,6 +55,7 @@ type Config struct {
 	// profile). 0 means no cap. It is read at the first relayed byte.
 	Bandwidth int64
 
+	lookups   lookupCache // the system resolver's answers, when Resolve is nil
 	limitOnce sync.Once
 	limits    [2]*limiter // by direction; nil without a cap
 
@@ -66,7 +67,43 @@ func (c *Config) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 	if c.Resolve != nil {
 		return c.Resolve(ctx, host)
 	}
-	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	return c.lookups.resolve(ctx, host, c.now())
+}
+
+// resolveTTL is how long the gateway reuses an upstream answer. Short, so a
+// name whose addresses move (a CDN) follows them within seconds, but long
+// enough that a burst of connections costs one lookup.
+const resolveTTL = 5 * time.Second
+
+// lookupCache holds the system resolver's recent answers.
+type lookupCache struct {
+	mu sync.Mutex
+	m  map[string]cachedLookup
+}
+
+type cachedLookup struct {
+	addrs   []netip.Addr
+	expires time.Time
+}
+
+func (l *lookupCache) resolve(ctx context.Context, host string, now time.Time) ([]netip.Addr, error) {
+	l.mu.Lock()
+	hit, ok := l.m[host]
+	l.mu.Unlock()
+	if ok && now.Before(hit.expires) {
+		return slices.Clone(hit.addrs), nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) > 4096 {
+		l.m = map[string]cachedLookup{}
+	}
+	l.m[host] = cachedLookup{addrs: slices.Clone(addrs), expires: now.Add(resolveTTL)}
+	return addrs, nil
 }
 
 func (c *Config) dial(ctx context.Context, network, addr string) (net.Conn, error) {

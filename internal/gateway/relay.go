@@ -195,8 +195,10 @@ func (c *Config) relay(ctx context.Context, a, b net.Conn) (up, down int64) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { down = pump(c.limit(ctx, a, dirDown), a, b, cancel) })
-	up = pump(c.limit(ctx, b, dirUp), b, a, cancel)
+	// Written to as the plain connections they wrap, so that io.Copy from a
+	// TCP connection to a TCP connection splices in the kernel.
+	wg.Go(func() { down = pump(c.limit(ctx, unwrap(a), dirDown), a, b, cancel) })
+	up = pump(c.limit(ctx, unwrap(b), dirUp), b, a, cancel)
 	wg.Wait()
 	return up, down
 }
@@ -216,6 +218,18 @@ func pump(w io.Writer, dst, src net.Conn, fail func()) int64 {
 		dst.Close()
 	}
 	return n
+}
+
+// unwrap returns the connection under a bufferedConn, whose buffering
+// matters only for reading.
+func unwrap(c net.Conn) net.Conn {
+	for {
+		b, ok := c.(*bufferedConn)
+		if !ok {
+			return c
+		}
+		c = b.Conn
+	}
 }
 
 // bufferedConn is a connection whose first bytes were already read into r

@@ -52,6 +52,10 @@ func (d Dirs) ProfileDir() string { return filepath.Join(d.Config, "profiles") }
 // per sandbox. Run creates it; render only names it.
 func (d Dirs) LogDir() string { return filepath.Join(d.State, "logs") }
 
+// ResolvDir holds the resolv.conf files that point allowlist sandboxes at
+// their gateways. Run writes them; render only names them.
+func (d Dirs) ResolvDir() string { return filepath.Join(d.State, "resolv") }
+
 // Workspace returns the absolute, symlink-free path of the current directory.
 func Workspace() (string, error) {
 	wd, err := os.Getwd()
@@ -136,6 +140,7 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, er
 	}
 	if p.Network.Mode == "allowlist" {
 		h.LogDir = dirs.LogDir()
+		h.ResolvDir = dirs.ResolvDir()
 	}
 	h.Matches, err = Match(workspace, p.Workspace.ReadOnly, p.Workspace.Hide)
 	if err != nil {
