@@ -32,7 +32,7 @@
 // The stand-in for an internet server, run until killed:
 //
 //	probe serve NAME              HTTP on :80 and, given /certs/server.pem and /certs/server.key, HTTPS on :443:
-//	                              GET /bytes/N sends N zero bytes, any other path answers "NAME http HOST PATH";
+//	                              GET /bytes/N sends N zero bytes (?rate=B: at B bytes a second), any other path answers "NAME http HOST PATH";
 //	                              TCP on :22 and :7 greets "NAME tcp PORT" then echoes lines;
 //	                              UDP on :53 and :9 answers each datagram with "NAME udp PORT".
 //	                              It prints "serving NAME" once listening, then one line per event:

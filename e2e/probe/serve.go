@@ -110,14 +110,22 @@ func handler(name string) http.Handler {
 				http.Error(w, "bad byte count", http.StatusBadRequest)
 				return
 			}
+			// ?rate=B paces the body at B bytes a second, as a link of that
+			// speed would.
+			rate, _ := strconv.ParseInt(r.URL.Query().Get("rate"), 10, 64)
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			start, sent := time.Now(), int64(0)
 			for n > 0 {
 				chunk := zeros[:min(n, int64(len(zeros)))]
 				if _, err := w.Write(chunk); err != nil {
 					return
 				}
 				n -= int64(len(chunk))
+				sent += int64(len(chunk))
+				if rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))))
+				}
 			}
 			return
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -33,7 +34,7 @@ The output is deterministic and loads with any Compose implementation.`,
 			}
 			o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
 			if p.Network.Mode == "allowlist" {
-				if err := gatewayOptions(&o); err != nil {
+				if err := gatewayOptions(&o, e.dirs); err != nil {
 					fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
 				}
 			}
@@ -106,13 +107,13 @@ func gatewayBinary() (string, error) {
 }
 
 // gatewayOptions fills in the gateway's image and outside network.
-func gatewayOptions(o *generator.Options) error {
+func gatewayOptions(o *generator.Options, dirs hostinfo.Dirs) error {
 	o.OutsideNetwork = os.Getenv(envGatewayNetwork)
 	exe, err := gatewayBinary()
 	if err != nil {
 		return err
 	}
-	if o.GatewayImage, err = gatewayimage.Tag(exe); err != nil {
+	if o.GatewayImage, err = gatewayimage.CachedTag(exe, filepath.Join(dirs.State, "gateway-image")); err != nil {
 		return err
 	}
 	return nil

@@ -90,7 +90,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	o := generator.Options{Project: generator.ProjectName(e.workspace, runID()), Command: command}
 	allowlist := p.Network.Mode == "allowlist"
 	if allowlist {
-		if err := gatewayOptions(&o); err != nil {
+		if err := gatewayOptions(&o, e.dirs); err != nil {
 			return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
 		}
 	}

@@ -46,6 +46,34 @@ func Tag(exe string) (string, error) {
 	return Repository + ":" + hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
+// CachedTag is Tag, remembered in cacheFile by the executable's path, size
+// and modification time, so that a launch does not read the whole binary
+// again. A cache that cannot be read or written only costs the reading.
+func CachedTag(exe, cacheFile string) (string, error) {
+	st, err := os.Stat(exe)
+	if err != nil {
+		return "", fmt.Errorf("reading the gateway binary: %w", err)
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d", exe, st.Size(), st.ModTime().UnixNano())
+	if b, err := os.ReadFile(cacheFile); err == nil {
+		if k, tag, ok := strings.Cut(string(b), "\n"); ok && k == key && strings.HasPrefix(tag, Repository+":") {
+			return tag, nil
+		}
+	}
+	tag, err := Tag(exe)
+	if err != nil {
+		return "", err
+	}
+	if os.MkdirAll(filepath.Dir(cacheFile), 0o700) == nil {
+		tmp := fmt.Sprintf("%s.%d.tmp", cacheFile, os.Getpid())
+		if os.WriteFile(tmp, []byte(key+"\n"+tag), 0o600) == nil {
+			os.Rename(tmp, cacheFile)
+		}
+		os.Remove(tmp)
+	}
+	return tag, nil
+}
+
 // Context returns the build context of the image for exe: a tar stream with
 // a Dockerfile, the binary, and the files it needs to run.
 func Context(exe string) (io.Reader, error) {

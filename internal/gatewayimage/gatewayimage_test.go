@@ -124,3 +124,28 @@ func TestNotLinux(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNotLinux", err)
 	}
 }
+
+func TestCachedTag(t *testing.T) {
+	dir := t.TempDir()
+	exe, cache := filepath.Join(dir, "exe"), filepath.Join(dir, "state", "gateway-tag")
+	os.WriteFile(exe, []byte("one"), 0o755)
+	want, _ := gatewayimage.Tag(exe)
+	for range 2 { // computed, then from the cache
+		if got, err := gatewayimage.CachedTag(exe, cache); err != nil || got != want {
+			t.Fatalf("CachedTag = %q, %v; want %q", got, err, want)
+		}
+	}
+	if _, err := os.Stat(cache); err != nil {
+		t.Fatalf("no cache written: %v", err)
+	}
+	// A new binary at the same path (another size): a new tag.
+	os.WriteFile(exe, []byte("three"), 0o755)
+	want2, _ := gatewayimage.Tag(exe)
+	if got, _ := gatewayimage.CachedTag(exe, cache); got != want2 || got == want {
+		t.Fatalf("after a rebuild CachedTag = %q, want %q", got, want2)
+	}
+	// A cache that cannot be written only costs the reading.
+	if got, err := gatewayimage.CachedTag(exe, filepath.Join(exe, "not-a-dir", "cache")); err != nil || got != want2 {
+		t.Fatalf("unwritable cache: %q, %v", got, err)
+	}
+}
