@@ -11,11 +11,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,6 +382,42 @@ func TestAllowlist(t *testing.T) {
 			t.Errorf("the gateway's proxy answers on the outside network:\n%s", out)
 		}
 	})
+	t.Run("bypass/the host", func(t *testing.T) {
+		// A service of the host listening on all addresses, as dev servers,
+		// databases and model servers often do. The sandbox must not reach it
+		// through its network's bridge, nor through the default bridge.
+		l, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var got atomic.Int32
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				got.Add(1)
+				c.Write([]byte("host service\n"))
+				c.Close()
+			}
+		}()
+		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		subnet, err := docker("network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}}{{end}}", sandboxNetwork(t, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bridge := netip.MustParsePrefix(strings.TrimSpace(subnet)).Masked().Addr().Next() // the bridge's address, if it had one
+		for _, host := range []string{bridge.String(), "172.17.0.1", "host.docker.internal"} {
+			if out, ok := r.Probe("connect", host+":"+port); ok {
+				t.Errorf("reached the host's service at %s:\n%s", host, out)
+			}
+		}
+		if n := got.Load(); n != 0 {
+			t.Errorf("the host's service got %d connections from the sandbox", n)
+		}
+	})
 	t.Run("bypass/udp to an outside server", func(t *testing.T) {
 		if out, ok := r.Probe("udp", "--timeout=2s", in.IP["alpha"]+":9", "udp-bypass"); ok {
 			t.Errorf("got a UDP reply:\n%s", out)
@@ -437,6 +476,16 @@ func answers(out string) []string {
 		}
 	}
 	return addrs
+}
+
+// sandboxNetwork is the id of the sandbox's internal network.
+func sandboxNetwork(t *testing.T, s *sandbox) string {
+	t.Helper()
+	out, err := docker("network", "ls", "-q", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "name=_sandbox")
+	if err != nil || len(strings.Fields(out)) != 1 {
+		t.Fatalf("the sandbox network: %v %q", err, out)
+	}
+	return strings.TrimSpace(out)
 }
 
 // gatewayContainer is the id of the sandbox's gateway container.
