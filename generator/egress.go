@@ -106,8 +106,8 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 			// still gives its bridge one, through which the sandbox would
 			// reach every service the host listens with on all addresses.
 			DriverOpts: types.Options{"com.docker.network.bridge.inhibit_ipv4": "true"},
-			Ipam:     types.IPAMConfig{Config: []*types.IPAMPool{{Subnet: subnet.String()}}},
-			Labels:   types.Labels{LabelWorkspace: h.Workspace},
+			Ipam:       types.IPAMConfig{Config: []*types.IPAMPool{{Subnet: subnet.String()}}},
+			Labels:     types.Labels{LabelWorkspace: h.Workspace},
 		},
 	}
 	if o.OutsideNetwork != "" {
