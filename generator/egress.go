@@ -120,6 +120,10 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	for _, r := range p.Network.Allow {
 		command = append(command, "--allow", r)
 	}
+	if len(p.Network.Deny) > 0 {
+		pos := p.Pos("network", "deny")
+		command = append(command, "--deny-at", pos.File+":"+strconv.Itoa(pos.Line))
+	}
 	for _, r := range p.Network.Deny {
 		command = append(command, "--deny", r)
 	}

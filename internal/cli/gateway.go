@@ -21,6 +21,7 @@ type gatewayFlags struct {
 	deny      []string
 	bandwidth string
 	profile   string
+	denyAt    string
 	log       string
 }
 
@@ -46,6 +47,7 @@ is no need to start it by hand.`,
 	fl.StringArrayVar(&f.deny, "deny", nil, "a deny `RULE`, as in network.deny")
 	fl.StringVar(&f.bandwidth, "bandwidth", "", "cap the throughput each way, as `RATE` 10mbit")
 	fl.StringVar(&f.profile, "profile", "", "the profile `FILE:LINE` of network.allow, named in denials")
+	fl.StringVar(&f.denyAt, "deny-at", "", "the profile `FILE:LINE` of network.deny, named when a deny rule refuses")
 	fl.StringVar(&f.log, "log", "", "append decisions to `FILE` (default: standard output)")
 	return cmd
 }
@@ -74,7 +76,7 @@ func (a *app) gateway(f gatewayFlags) error {
 		defer lf.Close()
 		out = lf
 	}
-	cfg := &gateway.Config{Policy: policy, Profile: f.profile, Log: gateway.NewLogger(out), Bandwidth: bw}
+	cfg := &gateway.Config{Policy: policy, Profile: f.profile, DenyAt: f.denyAt, Log: gateway.NewLogger(out), Bandwidth: bw}
 	srv, err := gateway.Listen(cfg, addr, gateway.Ports{})
 	if err != nil {
 		return err

@@ -42,6 +42,8 @@ type Config struct {
 	// Profile is where the profile's network.allow is, as FILE:LINE (or
 	// FILE), for the hint in a denial; it is quoted as it is.
 	Profile string
+	// DenyAt is where network.deny is, as FILE:LINE; Profile when empty.
+	DenyAt string
 	// Resolve looks up an allowed name upstream. Default: net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Dial connects to an upstream address. Default: a net.Dialer.
@@ -192,7 +194,7 @@ func (c *Config) DenialHint(host string, port uint16) string {
 		if len(denies) > 1 {
 			that = "those deny rules"
 		}
-		head = "propio-sandbox gateway: " + target + " is not allowed: it is denied by network.deny " + rules + " in " + where + ".\n"
+		head = "propio-sandbox gateway: " + target + " is not allowed: it is denied by network.deny " + rules + " in " + cmp.Or(c.DenyAt, where) + ".\n"
 		if after.Allowed {
 			return head + "Removing " + that + " would allow it (network.allow " + strconv.Quote(after.Rule) + " matches).\n"
 		}

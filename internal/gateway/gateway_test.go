@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/propio/propio-sandbox/internal/egress"
 	"strings"
 	"testing"
 )
@@ -102,5 +103,21 @@ func TestDenialHintNamesWhatTheClientAsked(t *testing.T) {
 	c := &Config{Profile: "p.yaml"}
 	if got := c.DenialHint("Other.TEST.", 443); !strings.Contains(got, `- "other.test"`) {
 		t.Errorf("hint %q, want the rule other.test", got)
+	}
+}
+
+func TestDenialHintNamesTheDenyList(t *testing.T) {
+	t.Parallel()
+	p, err := egress.ParsePolicy([]string{"*.corp.test"}, []string{"secret.corp.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{Policy: p, Profile: "sandbox.yaml:12", DenyAt: "sandbox.yaml:15"}
+	got := c.DenialHint("secret.corp.test", 443)
+	if !strings.Contains(got, `denied by network.deny "secret.corp.test" in sandbox.yaml:15`) {
+		t.Errorf("hint %q does not point at network.deny's line", got)
+	}
+	if got := c.DenialHint("other.test", 443); !strings.Contains(got, "network.allow (sandbox.yaml:12)") {
+		t.Errorf("hint %q does not point at network.allow's line", got)
 	}
 }
