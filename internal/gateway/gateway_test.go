@@ -1,9 +1,10 @@
 package gateway
 
 import (
-	"github.com/propio/propio-sandbox/internal/egress"
 	"strings"
 	"testing"
+
+	"github.com/propio/propio-sandbox/internal/egress"
 )
 
 // TestDenialHint: the hint names the destination, why it is denied, and the
