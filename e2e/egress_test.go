@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -558,5 +559,59 @@ touch /usr/local/probe-write 2>&1 || true`
 				t.Errorf("logs --denied has no entry for denied.test")
 			}
 		})
+	}
+}
+
+// TestAllowlistParallel: allowlist sandboxes started at once in one directory
+// each get a network of their own and reach the allowed server through their
+// own gateway; nothing of any remains.
+func TestAllowlistParallel(t *testing.T) {
+	s := newSandbox(t)
+	in := newInternet(t)
+	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
+	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
+	const n = 4
+	results := s.RunAll(n, "run", "-p", p, "--", "fetch", "--no-proxy", "http://allowed.test/parallel")
+	for i, r := range results {
+		if r.Code != 0 || !strings.Contains(r.Stdout, "alpha http allowed.test /parallel") {
+			t.Errorf("run %d:\n%s", i, r)
+		}
+	}
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("the launchers exited while these remained: %v", left)
+	}
+	if got := strings.Count(in.Logs("alpha"), "/parallel"); got != n {
+		t.Errorf("the server saw %d requests, want %d", got, n)
+	}
+}
+
+// TestAllowlistKilledLauncher: what a SIGKILLed launcher leaves of an
+// allowlist sandbox (the gateway as well as the agent, and both networks) is
+// removed by gc.
+func TestAllowlistKilledLauncher(t *testing.T) {
+	s := newSandbox(t)
+	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
+	l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
+	l.waitStdout(t, "ready", time.Minute)
+	l.signal(t, syscall.SIGKILL)
+	l.wait(t, time.Minute)
+	left := s.Leftovers()
+	var containers, networks int
+	for _, x := range left {
+		switch {
+		case strings.HasPrefix(x, "container "):
+			containers++
+		case strings.HasPrefix(x, "network "):
+			networks++
+		}
+	}
+	if containers != 2 || networks != 2 {
+		t.Fatalf("want the agent, the gateway and both networks left by the killed launcher, found %v", left)
+	}
+	if r := s.Run("", "gc"); r.Code != 0 {
+		t.Fatalf("gc:\n%s", r)
+	}
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("gc left %v", left)
 	}
 }

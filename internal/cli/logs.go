@@ -48,7 +48,40 @@ func startLog(dir string, h logHeader) (string, error) {
 		os.Remove(path)
 		return "", fmt.Errorf("writing the gateway log: %w", err)
 	}
+	pruneLogs(dir, keepLogs)
 	return path, f.Close()
+}
+
+// keepLogs is how many gateway logs the log directory keeps.
+const keepLogs = 200
+
+// pruneLogs removes all but the keep most recently written logs of dir. A
+// log that cannot be removed stays; nothing else in dir is touched.
+func pruneLogs(dir string, keep int) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type log struct {
+		path string
+		mod  time.Time
+	}
+	var logs []log
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".jsonl") {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			logs = append(logs, log{filepath.Join(dir, e.Name()), info.ModTime()})
+		}
+	}
+	if len(logs) <= keep {
+		return
+	}
+	sort.Slice(logs, func(i, j int) bool { return logs[i].mod.After(logs[j].mod) })
+	for _, l := range logs[keep:] {
+		os.Remove(l.path)
+	}
 }
 
 func newLogs(a *app) *cobra.Command {
