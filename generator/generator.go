@@ -57,6 +57,19 @@ type Host struct {
 	// ResolvDir is the host directory of the resolv.conf files that point an
 	// allowlist sandbox's DNS at its gateway (ResolvConf names one).
 	ResolvDir string
+	// GitConfig are the user's git configuration files that exist
+	// (~/.gitconfig, ~/.config/git/config, ~/.gitignore_global).
+	GitConfig []string
+	// KnownHosts is ~/.ssh/known_hosts when it exists; it comes with a
+	// forwarded SSH agent.
+	KnownHosts string
+	// SSHAgent is the agent to forward, if any.
+	SSHAgent SSHAgent
+	// Passwd and Group are files holding PasswdFile and GroupFile for the
+	// user, mounted over the image's when the sandbox runs as the user.
+	Passwd, Group string
+	// ExtraMounts are the user's mounts for this launch.
+	ExtraMounts []ExtraMount
 }
 
 // Match is a workspace entry matched by a readonly or hide pattern.
@@ -144,6 +157,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	svc.Volumes = vols
 	svc.Tmpfs = tmpfs
+	credentials(p, h, &svc)
 
 	labels := types.Labels{
 		LabelProfile:   profileLabel(p),

@@ -46,7 +46,16 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 		EmptyFile:  "/home/dev/.local/state/propio-sandbox/empty",
 		LogDir:     "/home/dev/.local/state/propio-sandbox/logs",
 		ResolvDir:  "/home/dev/.local/state/propio-sandbox/resolv",
+		GitConfig:  []string{"/home/dev/.config/git/config", "/home/dev/.gitconfig"},
+		KnownHosts: "/home/dev/.ssh/known_hosts",
+		Passwd:     "/home/dev/.local/state/propio-sandbox/accounts/1000-1000.passwd",
+		Group:      "/home/dev/.local/state/propio-sandbox/accounts/1000-1000.group",
 		Exists:     map[string]bool{},
+	}
+	// The launcher forwards an agent when the profile asks (the fixture host
+	// has one running).
+	if p.SSHAgent != "off" {
+		h.SSHAgent = generator.SSHAgent{Source: "/run/user/1000/ssh-agent.sock"}
 	}
 	// The workspace's readonly and hide matches come from a real tree, matched
 	// by the code that matches real workspaces.

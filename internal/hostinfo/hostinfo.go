@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
 
@@ -160,7 +161,112 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, er
 			h.Exists[src] = true
 		}
 	}
+	for _, f := range []string{".gitconfig", ".config/git/config", ".gitignore_global"} {
+		if path := filepath.Join(home, f); isFile(path) {
+			h.GitConfig = append(h.GitConfig, path)
+		}
+	}
+	if path := filepath.Join(home, ".ssh", "known_hosts"); isFile(path) {
+		h.KnownHosts = path
+	}
+	if p.User == "host" {
+		if h.Passwd, h.Group, err = accountFiles(dirs.State, h.UID, h.GID); err != nil {
+			return generator.Host{}, err
+		}
+	}
+	if h.ExtraMounts, err = ExtraMounts(os.LookupEnv); err != nil {
+		return generator.Host{}, err
+	}
 	return h, nil
+}
+
+func isFile(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// accountFiles writes (once) the passwd and group files that give uid:gid
+// an account in the sandbox, under dir/accounts.
+func accountFiles(dir string, uid, gid int) (passwd, group string, err error) {
+	dir = filepath.Join(dir, "accounts")
+	base := filepath.Join(dir, fmt.Sprintf("%d-%d", uid, gid))
+	for _, f := range []struct{ path, content string }{
+		{base + ".passwd", generator.PasswdFile(uid, gid)},
+		{base + ".group", generator.GroupFile(gid)},
+	} {
+		if b, err := os.ReadFile(f.path); err == nil && string(b) == f.content {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", "", fmt.Errorf("creating %s: %w", dir, err)
+		}
+		if err := fsutil.WriteFileAtomic(f.path, []byte(f.content), 0o644); err != nil {
+			return "", "", fmt.Errorf("writing the sandbox's account files: %w", err)
+		}
+	}
+	return base + ".passwd", base + ".group", nil
+}
+
+// Environment variables that add mounts to one launch:
+// SRC:DST[:ro|rw], comma-separated; read-only unless :rw.
+const (
+	EnvMounts       = "PROPIO_SANDBOX_MOUNTS"
+	EnvMountsLegacy = "SANDBOX_MOUNTS"
+)
+
+// ExtraMounts reads the mounts PROPIO_SANDBOX_MOUNTS (else SANDBOX_MOUNTS)
+// adds. A relative or missing source, a relative target or a mode other than
+// ro and rw is an error naming the variable and the entry.
+func ExtraMounts(lookup func(string) (string, bool)) ([]generator.ExtraMount, error) {
+	name := EnvMounts
+	v, ok := lookup(name)
+	if !ok {
+		name = EnvMountsLegacy
+		v, ok = lookup(name)
+	}
+	if !ok || strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []generator.ExtraMount
+	var errs []error
+	for _, entry := range strings.Split(v, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		parts := strings.Split(entry, ":")
+		bad := func(why string) { errs = append(errs, fmt.Errorf("%s: %q: %s", name, entry, why)) }
+		if len(parts) < 2 || len(parts) > 3 {
+			bad("want SRC:DST or SRC:DST:ro|rw")
+			continue
+		}
+		m := generator.ExtraMount{Source: parts[0], Target: parts[1], ReadOnly: true}
+		if len(parts) == 3 {
+			switch parts[2] {
+			case "ro":
+			case "rw":
+				m.ReadOnly = false
+			default:
+				bad(fmt.Sprintf("mode %q is neither ro nor rw", parts[2]))
+				continue
+			}
+		}
+		switch {
+		case !filepath.IsAbs(m.Source):
+			bad("the source is relative; write an absolute path")
+			continue
+		case !path.IsAbs(m.Target):
+			bad("the target is relative; write an absolute path inside the sandbox")
+			continue
+		}
+		if _, err := os.Stat(m.Source); err != nil {
+			bad("the source does not exist (it is never created)")
+			continue
+		}
+		m.Source, m.Target = filepath.Clean(m.Source), path.Clean(m.Target)
+		out = append(out, m)
+	}
+	return out, errors.Join(errs...)
 }
 
 // emptyFile returns a read-only empty file under dir, creating it if needed.

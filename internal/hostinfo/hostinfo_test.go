@@ -3,6 +3,7 @@ package hostinfo
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -119,5 +120,62 @@ func TestPropioHomeDefaultsToInstallRoot(t *testing.T) {
 	exe, _ = filepath.EvalSymlinks(exe)
 	if got, want := PropioHome(), filepath.Dir(filepath.Dir(exe)); got != want {
 		t.Errorf("PropioHome() = %q, want %q", got, want)
+	}
+}
+
+func TestExtraMounts(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "creds")
+	if err := os.WriteFile(src, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	tests := map[string]struct {
+		vars    map[string]string
+		want    []generator.ExtraMount
+		wantErr []string
+	}{
+		"none": {},
+		"read-only by default, rw on request": {
+			vars: map[string]string{EnvMounts: src + ":/a, " + dir + ":/b/:rw," + src + ":/c:ro"},
+			want: []generator.ExtraMount{{Source: src, Target: "/a", ReadOnly: true}, {Source: dir, Target: "/b", ReadOnly: false}, {Source: src, Target: "/c", ReadOnly: true}},
+		},
+		"the unprefixed variable": {
+			vars: map[string]string{EnvMountsLegacy: src + ":/a"},
+			want: []generator.ExtraMount{{Source: src, Target: "/a", ReadOnly: true}},
+		},
+		"the prefixed variable wins": {
+			vars: map[string]string{EnvMounts: src + ":/p", EnvMountsLegacy: src + ":/u"},
+			want: []generator.ExtraMount{{Source: src, Target: "/p", ReadOnly: true}},
+		},
+		"every bad entry is named": {
+			vars: map[string]string{EnvMounts: "rel/path:/a," + dir + "/missing:/b," + src + ":rel," + src + ":/d:rx," + src},
+			wantErr: []string{
+				`PROPIO_SANDBOX_MOUNTS: "rel/path:/a": the source is relative; write an absolute path`,
+				`PROPIO_SANDBOX_MOUNTS: "` + dir + `/missing:/b": the source does not exist (it is never created)`,
+				`PROPIO_SANDBOX_MOUNTS: "` + src + `:rel": the target is relative; write an absolute path inside the sandbox`,
+				`PROPIO_SANDBOX_MOUNTS: "` + src + `:/d:rx": mode "rx" is neither ro nor rw`,
+				`PROPIO_SANDBOX_MOUNTS: "` + src + `": want SRC:DST or SRC:DST:ro|rw`,
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ExtraMounts(env(tc.vars))
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("no error, got %v", got)
+				}
+				if msg := err.Error(); msg != strings.Join(tc.wantErr, "\n") {
+					t.Fatalf("error:\n%s\nwant:\n%s", msg, strings.Join(tc.wantErr, "\n"))
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }

@@ -25,6 +25,9 @@ const (
 	DefaultPids    = 100
 	DefaultTmp     = "1g"
 	DefaultNetwork = "none"
+	// DefaultSSHAgent: the SSH agent is forwarded only when a profile, or
+	// PROPIO_SANDBOX_SSH_AGENT, asks for it.
+	DefaultSSHAgent = "off"
 	// HomeDir is the writable HOME inside every sandbox (a tmpfs).
 	HomeDir = "/home/sandbox"
 )
@@ -107,6 +110,9 @@ func (p *Profile) applyDefaults() {
 	}
 	if p.Security.Init == nil {
 		p.Security.Init = ptr(true)
+	}
+	if p.SSHAgent == "" {
+		p.SSHAgent = DefaultSSHAgent
 	}
 }
 

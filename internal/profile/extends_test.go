@@ -306,6 +306,7 @@ security:
     - ALL
   no_new_privileges: true
   init: true
+ssh_agent: "off"
 `
 	if string(got) != want {
 		t.Errorf("defaults:\n%s\nwant:\n%s", got, want)

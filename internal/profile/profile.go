@@ -30,8 +30,13 @@ type Profile struct {
 	Resources   Resources `yaml:"resources"`
 	Security    Security  `yaml:"security"`
 	Ports       []string  `yaml:"ports,omitempty"`
-	Meta        Meta      `yaml:"-"`
-	src         *resolved
+	Git         Git       `yaml:"git,omitempty"`
+	// SSHAgent forwards the launcher's SSH agent: auto (when SSH_AUTH_SOCK
+	// is set), on, or off (the default). PROPIO_SANDBOX_SSH_AGENT (or
+	// SANDBOX_SSH_AGENT) overrides it.
+	SSHAgent string `yaml:"ssh_agent,omitempty"`
+	Meta     Meta   `yaml:"-"`
+	src      *resolved
 }
 
 // Meta says where a resolved profile came from.
@@ -80,6 +85,13 @@ type Env struct {
 	Pass     []string          `yaml:"pass,omitempty"`
 	Set      map[string]string `yaml:"set,omitempty"`
 	Required []string          `yaml:"required,omitempty"`
+}
+
+// Git is the host git setup the sandbox shares.
+type Git struct {
+	// Config mounts the user's git configuration read-only: ~/.gitconfig,
+	// ~/.config/git/config and ~/.gitignore_global, each where it exists.
+	Config bool `yaml:"config,omitempty"`
 }
 
 type Network struct {
