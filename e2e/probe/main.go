@@ -41,6 +41,17 @@
 //	                              listens on (the printed ports stay the nominal ones) and PROBE_CERT_DIR
 //	                              replaces /certs.
 //
+// The stand-in for a git host over SSH, run until killed (in an image with /bin/sh and git):
+//
+//	probe sshd --host-key FILE --authorized-keys FILE [--port 22]
+//	                              SSH on :22 that lets in only the public keys in the authorized_keys file
+//	                              (any user name; no passwords, no keyboard-interactive; a connection not
+//	                              authenticated within 10s is closed) and runs each "exec" request with
+//	                              /bin/sh -c on the channel, sending its exit status; shells and terminals
+//	                              are refused. It prints "sshd listening" once listening, then
+//	                              "auth publickey USER ok|denied FINGERPRINT" per key offered and
+//	                              "exec COMMAND" per command.
+//
 // A failing operation prints "error: ..." and exits 1.
 package main
 
@@ -122,6 +133,8 @@ func main() {
 	case "serve":
 		need(args, 1)
 		serve(args[0])
+	case "sshd":
+		sshd(args)
 	case "cat":
 		_, err := io.Copy(os.Stdout, os.Stdin)
 		check(err)

@@ -28,6 +28,10 @@ var (
 
 	launcherOnce sync.Once
 	launcherErr  error
+
+	probeOnce sync.Once
+	probeErr  error
+	probeBin  string
 )
 
 // RepoRoot is the module's root directory.
@@ -78,6 +82,19 @@ func Launcher(tb testing.TB) string {
 	return launcher
 }
 
+// ProbeBinary builds the static probe (e2e/probe, CGO_ENABLED=0 GOOS=linux,
+// as the probe image has it), once per test binary, and returns its path,
+// for tests that bind-mount it into another image. It needs no engine;
+// Cleanup removes it.
+func ProbeBinary(tb testing.TB) string {
+	tb.Helper()
+	probeOnce.Do(func() { probeErr = buildProbe() })
+	if probeErr != nil {
+		tb.Fatalf("building the probe: %v", probeErr)
+	}
+	return probeBin
+}
+
 // Cleanup removes the built binaries; call it from TestMain after m.Run.
 func Cleanup() {
 	if dir != "" {
@@ -85,14 +102,48 @@ func Cleanup() {
 	}
 }
 
-// buildLauncher builds propio-sandbox into dir, making dir when needed.
-func buildLauncher() error {
+// buildDirMu guards the making of dir, which the launcher's and the probe's
+// builds share and may start at once.
+var buildDirMu sync.Mutex
+
+// makeBuildDir makes dir when it is not made yet.
+func makeBuildDir() error {
+	buildDirMu.Lock()
+	defer buildDirMu.Unlock()
 	if dir == "" {
 		d, err := os.MkdirTemp("", "propio-e2e-build-")
 		if err != nil {
 			return err
 		}
 		dir = d
+	}
+	return nil
+}
+
+// buildProbe builds the static probe into dir/probe-bin, making dir when
+// needed.
+func buildProbe() error {
+	if err := makeBuildDir(); err != nil {
+		return err
+	}
+	out := filepath.Join(dir, "probe-bin", "probe")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	build := exec.Command("go", "build", "-o", out, "./e2e/probe")
+	build.Dir = RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	probeBin = out
+	return nil
+}
+
+// buildLauncher builds propio-sandbox into dir, making dir when needed.
+func buildLauncher() error {
+	if err := makeBuildDir(); err != nil {
+		return err
 	}
 	launcher = filepath.Join(dir, "propio-sandbox")
 	build := exec.Command("go", "build", "-o", launcher, "./cmd/propio-sandbox")
