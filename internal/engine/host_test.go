@@ -1,0 +1,35 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/testenv"
+)
+
+// TestPathExists checks paths where the engine runs containers (this
+// machine, for a local engine), leaving no container behind.
+func TestPathExists(t *testing.T) {
+	testenv.RequireEngine(t)
+	ctx := context.Background()
+	eng, err := engine.Connect(ctx, engine.HostFromEnv(), engine.Streams{Out: os.Stdout, Err: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	dir := t.TempDir()
+	for path, want := range map[string]bool{dir: true, dir + "/missing/socket": false} {
+		got, err := eng.PathExists(ctx, testenv.ProbeImage, path)
+		if err != nil || got != want {
+			t.Errorf("PathExists(%s) = %v, %v; want %v", path, got, err, want)
+		}
+	}
+	if out, _ := testenv.Docker("ps", "-aq", "--filter", "label="+engine.LabelImage+"=path-probe"); out != "" {
+		t.Errorf("containers left: %s", out)
+	}
+	if _, err := eng.DockerDesktop(ctx); err != nil {
+		t.Errorf("DockerDesktop: %v", err)
+	}
+}
