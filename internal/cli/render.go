@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,6 +76,10 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 // project gathers the host facts p needs and generates its Compose project.
 func (e env) project(p *profile.Profile, o generator.Options) (*types.Project, error) {
 	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
+	var me *hostinfo.MountsError
+	if errors.As(err, &me) {
+		return nil, withHint(err, "write "+me.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -266,8 +266,21 @@ func ExtraMounts(lookup func(string) (string, bool)) ([]generator.ExtraMount, er
 		m.Source, m.Target = filepath.Clean(m.Source), path.Clean(m.Target)
 		out = append(out, m)
 	}
-	return out, errors.Join(errs...)
+	if len(errs) > 0 {
+		return nil, &MountsError{Var: name, err: errors.Join(errs...)}
+	}
+	return out, nil
 }
+
+// MountsError is a bad PROPIO_SANDBOX_MOUNTS (or SANDBOX_MOUNTS): every bad
+// entry, each on a line.
+type MountsError struct {
+	Var string // the variable that was read
+	err error
+}
+
+func (e *MountsError) Error() string { return e.err.Error() }
+func (e *MountsError) Unwrap() error { return e.err }
 
 // emptyFile returns a read-only empty file under dir, creating it if needed.
 func emptyFile(dir string) (string, error) {
