@@ -85,13 +85,23 @@ func TestSSHAgentForwarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startSSHServer(t, in.Network, sshPub)
+	if err := os.MkdirAll(filepath.Join(s.Home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, filepath.Join(s.Home, ".ssh", "known_hosts"), []byte(srv.HostKeyLine+"\n"), 0o644)
 	sock := startSSHAgent(t, priv)
 	s.Env = append(s.Env, "SSH_AUTH_SOCK="+sock, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
+	// With the agent, the host key is checked against the user's
+	// known_hosts (which comes along); without it there is no known_hosts,
+	// so the key is accepted, and what fails is the authentication.
 	profile := func(mode string) string {
+		check := "-o StrictHostKeyChecking=yes"
+		if mode == "off" {
+			check = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+		}
 		return s.Profile("image: " + agentImage + "\nssh_agent: " + mode + "\n" +
 			"network:\n  mode: allowlist\n  allow: [\"" + sshServerAlias + ":22\"]\n" +
-			"env:\n  set: {GIT_SSH_COMMAND: \"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes\"}\n")
+			"env:\n  set: {GIT_SSH_COMMAND: \"ssh -o BatchMode=yes " + check + "\"}\n")
 	}
 	lsRemote := []string{"--", "bash", "-c", "echo sock=${SSH_AUTH_SOCK:-unset}; git ls-remote ssh://git@" + sshServerAlias + "/srv/repo.git"}
 

@@ -73,8 +73,9 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 	return args, nil
 }
 
-// project gathers the host facts p needs and generates its Compose project.
-func (e env) project(p *profile.Profile, o generator.Options) (*types.Project, error) {
+// project gathers the host facts p needs and generates its Compose project;
+// adjust adds what the launch found out itself (a forwarded SSH agent).
+func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
 	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
 	var me *hostinfo.MountsError
 	if errors.As(err, &me) {
@@ -82,6 +83,9 @@ func (e env) project(p *profile.Profile, o generator.Options) (*types.Project, e
 	}
 	if err != nil {
 		return nil, err
+	}
+	for _, f := range adjust {
+		f(&host)
 	}
 	// Its errors name the profile file, line and column already.
 	return generator.Generate(p, host, o)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sshagent"
 	"github.com/spf13/cobra"
 )
 
@@ -106,10 +108,31 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		} else if len(removed) > 0 {
 			fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
 		}
+		// The SSH agent, when the profile or the environment asks for it:
+		// set up before anything is created, torn down after everything is
+		// removed.
+		agent, err := a.forwardSSHAgent(ctx, eng, p, o.Project)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := agent.Cleanup(); err != nil {
+				fmt.Fprintf(a.stderr, "%s: warning: %v\n", name, err)
+			}
+		}()
+		withAgent := func(h *generator.Host) {
+			if agent.Forward {
+				h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
+			}
+		}
 		var code int
 		for attempt := 1; ; attempt++ {
 			if allowlist {
-				if project, err = a.prepareGateway(ctx, eng, e, p, o); err != nil {
+				if project, err = a.prepareGateway(ctx, eng, e, p, o, withAgent); err != nil {
+					return err
+				}
+			} else if agent.Forward {
+				if project, err = e.project(p, o, withAgent); err != nil {
 					return err
 				}
 			}
@@ -142,7 +165,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 // prepareGateway numbers the sandbox network apart from the engine's,
 // generates the project, makes sure the gateway's image exists (building it
 // from this executable when it does not) and starts the decision log.
-func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options) (*types.Project, error) {
+func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
 	used, err := eng.UsedSubnets(ctx)
 	if err != nil {
 		return nil, err
@@ -150,7 +173,7 @@ func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *
 	if o.Subnet, err = generator.PickSubnet(o.Project, used); err != nil {
 		return nil, err
 	}
-	project, err := e.project(p, o)
+	project, err := e.project(p, o, adjust)
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +219,41 @@ func writeResolvConf(dir string, gw netip.Addr) error {
 		return fmt.Errorf("writing the sandbox's resolv.conf: %w", err)
 	}
 	return nil
+}
+
+// forwardSSHAgent sets up SSH agent forwarding as the profile's ssh_agent,
+// or PROPIO_SANDBOX_SSH_AGENT, asks, printing its warnings. Its Cleanup is
+// always safe to call.
+func (a *app) forwardSSHAgent(ctx context.Context, eng *engine.Engine, p *profile.Profile, id string) (sshagent.Result, error) {
+	none := sshagent.Result{Cleanup: func() error { return nil }}
+	mode, err := sshagent.ModeFrom(p.SSHAgent, os.LookupEnv)
+	if err != nil {
+		return none, withHint(err, "set "+sshagent.EnvMode+" to auto, on or off")
+	}
+	sock, _ := os.LookupEnv("SSH_AUTH_SOCK")
+	res, err := sshagent.Setup(ctx, sshagent.Config{
+		Mode:          mode,
+		GOOS:          runtime.GOOS,
+		Engine:        sshagent.Docker,
+		AuthSock:      sock,
+		DockerDesktop: eng.DockerDesktop,
+		VMPathExists:  func(ctx context.Context, path string) (bool, error) { return eng.PathExists(ctx, p.Image, path) },
+		ID:            id,
+	})
+	var fatal *sshagent.FatalError
+	if errors.As(err, &fatal) {
+		return none, withHint(err, fatal.Hints()...)
+	}
+	if err != nil {
+		return none, err
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, w)
+	}
+	if res.Cleanup == nil {
+		res.Cleanup = none.Cleanup
+	}
+	return res, nil
 }
 
 // withEngine connects to the engine with the launcher's streams, calls fn,
