@@ -91,4 +91,7 @@ func credentials(p *profile.Profile, h Host, svc *types.ServiceConfig) {
 	for _, m := range h.ExtraMounts {
 		svc.Volumes = append(svc.Volumes, bind(m.Source, m.Target, m.ReadOnly))
 	}
+	if h.KeepID && p.User == "host" {
+		svc.UserNSMode = "keep-id"
+	}
 }

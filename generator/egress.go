@@ -138,6 +138,9 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	// capability to listen on ports 53, 80 and 443, as its network namespace
 	// lets anyone bind them.
 	g.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
+	if h.KeepID {
+		g.UserNSMode = "keep-id"
+	}
 	g.Sysctls = types.Mapping{"net.ipv4.ip_unprivileged_port_start": "0"}
 	g.CapDrop = []string{"ALL"}
 	g.SecurityOpt = []string{"no-new-privileges:true"}

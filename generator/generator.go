@@ -70,6 +70,10 @@ type Host struct {
 	Passwd, Group string
 	// ExtraMounts are the user's mounts for this launch.
 	ExtraMounts []ExtraMount
+	// KeepID: the engine is a rootless Podman, whose user namespace must map
+	// the user to itself (userns_mode keep-id) for files written in the
+	// workspace to stay the user's.
+	KeepID bool
 }
 
 // Match is a workspace entry matched by a readonly or hide pattern.

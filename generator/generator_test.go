@@ -377,3 +377,27 @@ func TestAllowlistOutsideNetwork(t *testing.T) {
 		t.Errorf("agent networks = %v, want only the sandbox network", agent.Networks)
 	}
 }
+
+func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
+	p, err := profile.Locations{}.Load("strict", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	for _, keep := range []bool{false, true} {
+		h.KeepID = keep
+		proj, err := generator.Generate(p, h, generator.Options{Project: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{generator.Service, generator.GatewayService} {
+			want := ""
+			if keep {
+				want = "keep-id"
+			}
+			if got := proj.Services[name].UserNSMode; got != want {
+				t.Errorf("KeepID=%v: %s has userns_mode %q, want %q", keep, name, got, want)
+			}
+		}
+	}
+}

@@ -27,7 +27,7 @@ func newBuild(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			err = a.withEngine(func(ctx context.Context, eng *engine.Engine) error {
+			err = a.withEngineOf(p.Engine, func(ctx context.Context, eng *engine.Engine) error {
 				fmt.Fprintf(a.stderr, "%s: building %s from %s\n", name, p.Image, project.Services[generator.Service].Build.Context)
 				return eng.Build(ctx, project)
 			})

@@ -42,6 +42,7 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	profile        string // -p
+	engine         string // --engine
 }
 
 func newRoot(a *app) *cobra.Command {
@@ -65,6 +66,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		SuggestionsMinimumDistance: 2,
 	}
 	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
+	root.PersistentFlags().StringVar(&a.engine, "engine", "", "container `ENGINE`: auto, docker or podman (default: the profile's engine, else auto)")
 	rootRun.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -101,7 +102,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		return err
 	}
 
-	return a.withEngine(func(ctx context.Context, eng *engine.Engine) error {
+	return a.withEngineOf(p.Engine, func(ctx context.Context, eng *engine.Engine) error {
 		// Leftovers of launchers that were killed before they could clean up.
 		if removed, err := eng.GC(ctx); err != nil {
 			fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, err)
@@ -120,10 +121,12 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				fmt.Fprintf(a.stderr, "%s: warning: %v\n", name, err)
 			}
 		}()
+		// What the launch found out: the agent, and a rootless Podman.
 		withAgent := func(h *generator.Host) {
 			if agent.Forward {
 				h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
 			}
+			h.KeepID = eng.Kind == engine.Podman && eng.Rootless
 		}
 		var code int
 		for attempt := 1; ; attempt++ {
@@ -131,7 +134,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				if project, err = a.prepareGateway(ctx, eng, e, p, o, withAgent); err != nil {
 					return err
 				}
-			} else if agent.Forward {
+			} else if agent.Forward || eng.Rootless {
 				if project, err = e.project(p, o, withAgent); err != nil {
 					return err
 				}
@@ -234,7 +237,7 @@ func (a *app) forwardSSHAgent(ctx context.Context, eng *engine.Engine, p *profil
 	res, err := sshagent.Setup(ctx, sshagent.Config{
 		Mode:          mode,
 		GOOS:          runtime.GOOS,
-		Engine:        sshagent.Docker,
+		Engine:        eng.Kind,
 		AuthSock:      sock,
 		DockerDesktop: eng.DockerDesktop,
 		VMPathExists:  func(ctx context.Context, path string) (bool, error) { return eng.PathExists(ctx, p.Image, path) },
@@ -256,11 +259,26 @@ func (a *app) forwardSSHAgent(ctx context.Context, eng *engine.Engine, p *profil
 	return res, nil
 }
 
-// withEngine connects to the engine with the launcher's streams, calls fn,
-// and closes the connection.
+// withEngine connects to the engine --engine names (else the one auto
+// finds) with the launcher's streams, calls fn, and closes the connection.
 func (a *app) withEngine(fn func(context.Context, *engine.Engine) error) error {
+	return a.withEngineOf("", fn)
+}
+
+// withEngineOf is withEngine for a profile that names an engine (--engine
+// still wins). A Podman API service started for the launch is stopped after
+// fn.
+func (a *app) withEngineOf(want string, fn func(context.Context, *engine.Engine) error) error {
 	ctx := context.Background()
-	eng, err := connect(ctx, a)
+	want = cmp.Or(a.engine, want, engine.Auto)
+	loc, err := engine.Locate(ctx, want, os.Getenv)
+	if err != nil {
+		return engineHint(err, nil, "", want)
+	}
+	if loc.Stop != nil {
+		defer loc.Stop()
+	}
+	eng, err := connect(ctx, a, loc)
 	if err != nil {
 		return err
 	}
@@ -268,23 +286,31 @@ func (a *app) withEngine(fn func(context.Context, *engine.Engine) error) error {
 	return fn(ctx, eng)
 }
 
-// connect reaches the engine, with the launcher's streams.
-func connect(ctx context.Context, a *app) (*engine.Engine, error) {
+// connect reaches the engine at loc, with the launcher's streams.
+func connect(ctx context.Context, a *app, loc engine.Location) (*engine.Engine, error) {
 	var in io.ReadCloser
 	if rc, ok := a.stdin.(io.ReadCloser); ok {
 		in = rc
 	} else if a.stdin != nil {
 		in = io.NopCloser(a.stdin)
 	}
-	eng, err := engine.Connect(ctx, engine.HostFromEnv(), engine.Streams{In: in, Out: a.stdout, Err: a.stderr})
+	eng, err := engine.Connect(ctx, loc.Host, engine.Streams{In: in, Out: a.stdout, Err: a.stderr})
 	if err != nil {
-		return nil, engineHint(err, nil, "")
+		return nil, engineHint(err, nil, "", loc.Kind)
 	}
 	return eng, nil
 }
 
 // engineHint adds what to do about the engine's errors.
-func engineHint(err error, p *profile.Profile, ref string) error {
+func engineHint(err error, p *profile.Profile, ref string, kind ...string) error {
+	if len(kind) > 0 && kind[0] == engine.Podman {
+		switch {
+		case errors.Is(err, engine.ErrEngineMissing):
+			return withHint(fmt.Errorf("Podman is required: %w", err), "install Podman (on Debian or Ubuntu: sudo apt-get install podman), or choose another engine with --engine")
+		case errors.Is(err, engine.ErrEngineNotRunning):
+			return withHint(err, "start Podman's API service (podman system service --time=0 &), or on macOS the machine (podman machine start), then try again")
+		}
+	}
 	switch {
 	case errors.Is(err, engine.ErrEngineMissing):
 		return withHint(fmt.Errorf("Docker is required: %w", err),

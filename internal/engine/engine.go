@@ -53,7 +53,12 @@ type Streams struct {
 
 // Engine is a connection to one engine, with a Compose service on it.
 type Engine struct {
-	Host    string
+	Host string
+	// Kind is Docker or Podman, as the engine itself says.
+	Kind string
+	// Rootless: a Podman running as an unprivileged user.
+	Rootless bool
+
 	cli     *command.DockerCli
 	api     *apiClient
 	compose api.Compose
@@ -108,7 +113,38 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
-	return &Engine{Host: host, cli: cli, api: api, compose: svc}, nil
+	e := &Engine{Host: host, Kind: Docker, cli: cli, api: api, compose: svc}
+	if err := e.identify(pctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// identify tells Podman from Docker by the components the engine reports,
+// and a rootless Podman by its security options.
+func (e *Engine) identify(ctx context.Context) error {
+	v, err := e.cli.Client().ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the engine's version: %w", err)
+	}
+	for _, c := range v.Components {
+		if strings.Contains(c.Name, "Podman") {
+			e.Kind = Podman
+		}
+	}
+	if e.Kind != Podman {
+		return nil
+	}
+	info, err := e.cli.Client().Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the engine's info: %w", err)
+	}
+	for _, o := range info.Info.SecurityOptions {
+		if strings.Contains(o, "rootless") {
+			e.Rootless = true
+		}
+	}
+	return nil
 }
 
 // Close releases the connection.

@@ -114,6 +114,9 @@ func (p *Profile) applyDefaults() {
 	if p.SSHAgent == "" {
 		p.SSHAgent = DefaultSSHAgent
 	}
+	if p.Engine == "" {
+		p.Engine = "auto"
+	}
 }
 
 // FitDefaults lowers the cpus and memory defaults to what the host has, so

@@ -307,6 +307,7 @@ security:
   no_new_privileges: true
   init: true
 ssh_agent: "off"
+engine: auto
 `
 	if string(got) != want {
 		t.Errorf("defaults:\n%s\nwant:\n%s", got, want)

@@ -35,8 +35,10 @@ type Profile struct {
 	// is set), on, or off (the default). PROPIO_SANDBOX_SSH_AGENT (or
 	// SANDBOX_SSH_AGENT) overrides it.
 	SSHAgent string `yaml:"ssh_agent,omitempty"`
-	Meta     Meta   `yaml:"-"`
-	src      *resolved
+	// Engine is auto (the default), docker or podman; --engine overrides it.
+	Engine string `yaml:"engine,omitempty"`
+	Meta   Meta   `yaml:"-"`
+	src    *resolved
 }
 
 // Meta says where a resolved profile came from.

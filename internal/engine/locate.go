@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Engine kinds, as a profile's engine field and --engine name them.
+const (
+	Auto   = "auto"
+	Docker = "docker"
+	Podman = "podman"
+)
+
+// Location is where the engine of a launch listens.
+type Location struct {
+	Host string // unix:///... (or what DOCKER_HOST says)
+	Kind string // Docker or Podman: asked for, or found
+	// Stop ends the `podman system service` started for this launch; nil
+	// when none was started.
+	Stop func() error
+}
+
+// serviceTimeout bounds the wait for a Podman API service to answer.
+const serviceTimeout = 15 * time.Second
+
+// Locate finds the engine: want is Docker, Podman or Auto (or empty).
+//
+//   - docker: DOCKER_HOST, else the default socket.
+//   - podman: CONTAINER_HOST (when it is unix://), else Podman's socket
+//     (/run/podman/podman.sock as root, $XDG_RUNTIME_DIR/podman/podman.sock
+//     otherwise); when nothing listens there and podman is installed, a
+//     `podman system service` is started for the launch, on a socket of its
+//     own, and Stop ends it.
+//   - auto: DOCKER_HOST when it is set; else Docker's socket when something
+//     listens on it; else Podman's, as above, when podman is installed;
+//     else Docker's default (whose absence Connect explains).
+func Locate(ctx context.Context, want string, getenv func(string) string) (Location, error) {
+	switch want {
+	case "", Auto:
+		if h := getenv("DOCKER_HOST"); h != "" {
+			return Location{Host: h, Kind: Docker}, nil
+		}
+		if listening(strings.TrimPrefix(DefaultHost, "unix://")) {
+			return Location{Host: DefaultHost, Kind: Docker}, nil
+		}
+		if _, err := exec.LookPath("podman"); err == nil {
+			return locatePodman(ctx, getenv)
+		}
+		return Location{Host: DefaultHost, Kind: Docker}, nil
+	case Docker:
+		if h := getenv("DOCKER_HOST"); h != "" {
+			return Location{Host: h, Kind: Docker}, nil
+		}
+		return Location{Host: DefaultHost, Kind: Docker}, nil
+	case Podman:
+		return locatePodman(ctx, getenv)
+	}
+	return Location{}, fmt.Errorf("engine %q: want auto, docker or podman", want)
+}
+
+// PodmanSocket is where Podman's API service listens by default for the
+// current user.
+func PodmanSocket(getenv func(string) string) string {
+	if os.Geteuid() == 0 {
+		return "/run/podman/podman.sock"
+	}
+	if dir := getenv("XDG_RUNTIME_DIR"); dir != "" {
+		return filepath.Join(dir, "podman", "podman.sock")
+	}
+	return filepath.Join("/run/user", fmt.Sprint(os.Geteuid()), "podman", "podman.sock")
+}
+
+func locatePodman(ctx context.Context, getenv func(string) string) (Location, error) {
+	if h := getenv("CONTAINER_HOST"); strings.HasPrefix(h, "unix://") {
+		return Location{Host: h, Kind: Podman}, nil
+	}
+	sock := PodmanSocket(getenv)
+	if listening(sock) {
+		return Location{Host: "unix://" + sock, Kind: Podman}, nil
+	}
+	return startPodmanService(ctx, getenv)
+}
+
+// startPodmanService runs `podman system service` on a socket of this
+// launch's own until Stop, waiting (bounded) until it answers.
+func startPodmanService(ctx context.Context, getenv func(string) string) (Location, error) {
+	podman, err := exec.LookPath("podman")
+	if err != nil {
+		return Location{}, fmt.Errorf("no Podman API socket at %s and no podman installed: %w", PodmanSocket(getenv), ErrEngineMissing)
+	}
+	dir := getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	sock := filepath.Join(dir, fmt.Sprintf("propio-sandbox-podman-%d.sock", os.Getpid()))
+	os.Remove(sock)
+	cmd := exec.Command(podman, "system", "service", "--time=0", "unix://"+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl+C for the sandbox is not for the service
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return Location{}, fmt.Errorf("starting podman system service: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() error {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		os.Remove(sock)
+		return nil
+	}
+	deadline := time.Now().Add(serviceTimeout)
+	for !listening(sock) {
+		select {
+		case err := <-exited:
+			exited <- err
+			os.Remove(sock)
+			return Location{}, fmt.Errorf("podman system service ended at once (%v): %s: %w", err, strings.TrimSpace(stderr.String()), ErrEngineNotRunning)
+		case <-ctx.Done():
+			stop()
+			return Location{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return Location{}, fmt.Errorf("podman system service did not answer on %s within %v: %w", sock, serviceTimeout, ErrEngineNotRunning)
+		}
+	}
+	return Location{Host: "unix://" + sock, Kind: Podman, Stop: stop}, nil
+}
+
+// listening reports whether something accepts connections on the socket.
+func listening(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
