@@ -75,7 +75,6 @@ echo done`
 func TestSSHAgentForwarding(t *testing.T) {
 	s := newSandbox(t)
 	requireAgentImage(t)
-	in := newInternet(t)
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +83,25 @@ func TestSSHAgentForwarding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := startSSHServer(t, in.Network, sshPub)
+	// On Docker the sandbox goes through an allowlist gateway; Podman runs
+	// no allowlist, so there it shares the default network with the server.
+	podman := enginePodman(t)
+	var srv *sshServer
+	host, netYAML := sshServerAlias, "network:\n  mode: allowlist\n  allow: [\""+sshServerAlias+":22\"]\n"
+	if podman {
+		srv = startSSHServer(t, "bridge", sshPub)
+		host, netYAML = srv.IP, "network: {mode: open}\n"
+	} else {
+		in := newInternet(t)
+		srv = startSSHServer(t, in.Network, sshPub)
+		s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
+	}
 	if err := os.MkdirAll(filepath.Join(s.Home, ".ssh"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(s.Home, ".ssh", "known_hosts"), []byte(srv.HostKeyLine+"\n"), 0o644)
 	sock := startSSHAgent(t, priv)
-	s.Env = append(s.Env, "SSH_AUTH_SOCK="+sock, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
+	s.Env = append(s.Env, "SSH_AUTH_SOCK="+sock)
 	// With the agent, the host key is checked against the user's
 	// known_hosts (which comes along); without it there is no known_hosts,
 	// so the key is accepted, and what fails is the authentication.
@@ -99,11 +110,10 @@ func TestSSHAgentForwarding(t *testing.T) {
 		if mode == "off" {
 			check = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 		}
-		return s.Profile("image: " + agentImage + "\nssh_agent: " + mode + "\n" +
-			"network:\n  mode: allowlist\n  allow: [\"" + sshServerAlias + ":22\"]\n" +
+		return s.Profile("image: " + agentImage + "\nssh_agent: " + mode + "\n" + netYAML +
 			"env:\n  set: {GIT_SSH_COMMAND: \"ssh -o BatchMode=yes " + check + "\"}\n")
 	}
-	lsRemote := []string{"--", "bash", "-c", "echo sock=${SSH_AUTH_SOCK:-unset}; git ls-remote ssh://git@" + sshServerAlias + "/srv/repo.git"}
+	lsRemote := []string{"--", "bash", "-c", "echo sock=${SSH_AUTH_SOCK:-unset}; git ls-remote ssh://git@" + host + "/srv/repo.git"}
 
 	t.Run("on", func(t *testing.T) {
 		r := s.Run("", append([]string{"run", "-p", profile("on")}, lsRemote...)...)
@@ -158,6 +168,16 @@ func TestSSHAgentForwarding(t *testing.T) {
 			t.Fatalf("ssh_agent on without an agent must stop before anything is created:\n%s\nleft: %v", r, s.Leftovers())
 		}
 	})
+}
+
+// enginePodman reports whether the tests' engine is Podman.
+func enginePodman(t *testing.T) bool {
+	t.Helper()
+	out, err := docker("version", "--format", "{{range .Server.Components}}{{.Name}} {{end}}")
+	if err != nil {
+		t.Fatalf("docker version: %v", err)
+	}
+	return strings.Contains(out, "Podman")
 }
 
 // TestExtraMounts: PROPIO_SANDBOX_MOUNTS adds mounts for one launch,

@@ -75,10 +75,13 @@ func startSSHServer(t *testing.T, network string, authorized ssh.PublicKey) *ssh
 
 	s := &sshServer{Container: "propio-e2e-sshd-" + randomID(), Network: network}
 	args := []string{"run", "-d", "--name", s.Container, "--label", "dev.propio-sandbox.e2e=1",
-		"--network", network, "--network-alias", sshServerAlias, "--user", "0:0",
+		"--network", network, "--user", "0:0",
 		// The repository's files may belong to another uid than the server's.
 		"-e", "GIT_CONFIG_COUNT=1", "-e", "GIT_CONFIG_KEY_0=safe.directory", "-e", "GIT_CONFIG_VALUE_0=*",
 		"-v", testenv.ProbeBinary(t) + ":/probe:ro", "-v", keys + ":/keys:ro"}
+	if network != "bridge" { // the default network has no aliases
+		args = append(args, "--network-alias", sshServerAlias)
+	}
 	_, gitErr := exec.LookPath("git")
 	if gitErr == nil {
 		args = append(args, "-v", makeBareRepo(t)+":/srv/repo.git")
@@ -105,7 +108,7 @@ git push -q /srv/repo.git HEAD:refs/heads/main`
 		}
 	}
 
-	ip, err := docker("inspect", "--format", `{{(index .NetworkSettings.Networks "`+network+`").IPAddress}}`, s.Container)
+	ip, err := docker("inspect", "--format", `{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}`, s.Container)
 	if err != nil {
 		t.Fatal(err)
 	}

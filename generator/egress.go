@@ -156,7 +156,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		OutsideNetwork: nil,
 	}
 	g.Labels = types.Labels{LabelProfile: profileLabel(p), LabelWorkspace: h.Workspace}
-	if *p.Network.HostGateway {
+	if *p.Network.HostGateway && !h.Podman {
 		g.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
 	}
 	project.Services[GatewayService] = g

@@ -401,3 +401,29 @@ func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 		}
 	}
 }
+
+func TestPodmanOptions(t *testing.T) {
+	p, err := profile.Locations{}.Load("open", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	h.Podman = true
+	h.Matches = append(h.Matches, generator.Match{Path: "secrets", Dir: true, Hide: true})
+	proj, err := generator.Generate(p, h, generator.Options{Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := proj.Services[generator.Service]
+	want := types.StringList{
+		"/tmp:size=1073741824,mode=1777,notmpcopyup",
+		"/home/sandbox:size=1073741824,mode=0700,U,notmpcopyup",
+		"/workspace/secrets:ro,size=4k,mode=0555,notmpcopyup",
+	}
+	if !slices.Equal(svc.Tmpfs, want) {
+		t.Errorf("tmpfs on Podman:\n%q\nwant:\n%q", svc.Tmpfs, want)
+	}
+	if len(svc.ExtraHosts) != 0 {
+		t.Errorf("extra_hosts on Podman %v: Podman 4.3 has no host-gateway", svc.ExtraHosts)
+	}
+}

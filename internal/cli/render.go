@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -39,7 +41,10 @@ The output is deterministic and loads with any Compose implementation.`,
 					fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
 				}
 			}
-			project, err := e.project(p, o)
+			// Podman's options differ; render shows them when the engine is
+			// named (it does not ask an engine which one it is).
+			podman := func(h *generator.Host) { h.Podman = cmp.Or(a.engine, p.Engine) == engine.Podman }
+			project, err := e.project(p, o, podman)
 			if err != nil {
 				return err
 			}

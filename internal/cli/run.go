@@ -109,6 +109,10 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		} else if len(removed) > 0 {
 			fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
 		}
+		if allowlist && eng.Kind == engine.Podman {
+			return withHint(errors.New("network.mode allowlist does not run on Podman yet: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), through which the sandbox would reach services of the host and resolve any name"),
+				"use Docker for this profile (--engine docker), or a profile without an allowlist on Podman (-p open, or -p offline)")
+		}
 		// The SSH agent, when the profile or the environment asks for it:
 		// set up before anything is created, torn down after everything is
 		// removed.
@@ -126,7 +130,8 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			if agent.Forward {
 				h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
 			}
-			h.KeepID = eng.Kind == engine.Podman && eng.Rootless
+			h.Podman = eng.Kind == engine.Podman
+			h.KeepID = h.Podman && eng.Rootless
 		}
 		var code int
 		for attempt := 1; ; attempt++ {
@@ -134,7 +139,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				if project, err = a.prepareGateway(ctx, eng, e, p, o, withAgent); err != nil {
 					return err
 				}
-			} else if agent.Forward || eng.Rootless {
+			} else if agent.Forward || eng.Kind == engine.Podman {
 				if project, err = e.project(p, o, withAgent); err != nil {
 					return err
 				}

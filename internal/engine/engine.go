@@ -8,10 +8,12 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -135,16 +137,44 @@ func (e *Engine) identify(ctx context.Context) error {
 	if e.Kind != Podman {
 		return nil
 	}
-	info, err := e.cli.Client().Info(ctx, client.InfoOptions{})
+	// The compatible /info does not say whether Podman is rootless; its own
+	// does.
+	e.Rootless, err = podmanRootless(ctx, e.Host)
+	return err
+}
+
+// podmanRootless asks Podman's own info endpoint whether it runs rootless.
+func podmanRootless(ctx context.Context, host string) (bool, error) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	base := "http://d"
+	if sock, ok := strings.CutPrefix(host, "unix://"); ok {
+		hc.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+	} else {
+		base = "http://" + strings.TrimPrefix(strings.TrimPrefix(host, "tcp://"), "http://")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v4.0.0/libpod/info", nil)
 	if err != nil {
-		return fmt.Errorf("reading the engine's info: %w", err)
+		return false, err
 	}
-	for _, o := range info.Info.SecurityOptions {
-		if strings.Contains(o, "rootless") {
-			e.Rootless = true
-		}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("reading Podman's info: %w", err)
 	}
-	return nil
+	defer resp.Body.Close()
+	var info struct {
+		Host struct {
+			Security struct {
+				Rootless bool `json:"rootless"`
+			} `json:"security"`
+		} `json:"host"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		return false, fmt.Errorf("reading Podman's info: %w", err)
+	}
+	return info.Host.Security.Rootless, nil
 }
 
 // Close releases the connection.

@@ -138,9 +138,11 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 	}
 
 	code, err = e.compose.RunOneOffContainer(ctx, project, api.RunOptions{
-		Project:     project,
-		Service:     generator.Service,
-		AutoRemove:  true,
+		Project: project,
+		Service: generator.Service,
+		// Podman before 4.6 reports exit code 0 to a wait for removal
+		// (containers/podman#18889); the teardown below removes it anyway.
+		AutoRemove:  e.Kind != Podman,
 		Tty:         o.TTY,
 		Interactive: o.Interactive,
 		// The gateway of an allowlist sandbox starts first, and is removed
