@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -23,5 +27,29 @@ func TestPodmanAllowlistRefused(t *testing.T) {
 	}
 	if left := s.Leftovers(); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// TestPodmanServiceStarted: with --engine podman and no Podman API service
+// listening on the socket CONTAINER_HOST names, the launcher starts `podman
+// system service` there for the run and stops it afterwards.
+func TestPodmanServiceStarted(t *testing.T) {
+	s := newSandbox(t)
+	if !enginePodman(t) {
+		t.Skip("the engine is Docker: .ci/run runs this test on Podman")
+	}
+	sock := filepath.Join(t.TempDir(), "podman.sock")
+	s.Env = append(s.Env, "CONTAINER_HOST=unix://"+sock)
+	p := s.Profile("network: {mode: none}\n")
+	r := s.Run("", "--engine", "podman", "run", "-p", p, "--", "id")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "cwd=/workspace") {
+		t.Fatalf("run through a service started for it:\n%s", r)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the service's socket is still there after the run (%v)", err)
+	}
+	out, _ := exec.Command("pgrep", "-f", "podman system service --time=0 unix://"+sock).Output()
+	if strings.TrimSpace(string(out)) != "" {
+		t.Errorf("the service started for the run still runs: pids %s", out)
 	}
 }

@@ -166,8 +166,10 @@ func report(w io.Writer, err error) int {
 // isCobraUsage recognises the argument errors cobra returns itself.
 func isCobraUsage(err error) bool {
 	msg := err.Error()
+	// Cobra's own messages start so; an engine's error that quotes a
+	// command's usage message somewhere inside is not a usage error of ours.
 	for _, s := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "requires at most", "flag needs an argument", "invalid argument"} {
-		if strings.Contains(msg, s) {
+		if strings.HasPrefix(msg, s) {
 			return true
 		}
 	}

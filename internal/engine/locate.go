@@ -79,30 +79,43 @@ func PodmanSocket(getenv func(string) string) string {
 }
 
 func locatePodman(ctx context.Context, getenv func(string) string) (Location, error) {
-	if h := getenv("CONTAINER_HOST"); strings.HasPrefix(h, "unix://") {
-		return Location{Host: h, Kind: Podman}, nil
+	if h := getenv("CONTAINER_HOST"); h != "" && !strings.HasPrefix(h, "unix://") {
+		return Location{Host: h, Kind: Podman}, nil // ssh:// and tcp:// are the user's to keep up
 	}
-	sock := PodmanSocket(getenv)
+	sock, named := strings.CutPrefix(getenv("CONTAINER_HOST"), "unix://")
+	if !named {
+		sock = PodmanSocket(getenv)
+	}
 	if listening(sock) {
 		return Location{Host: "unix://" + sock, Kind: Podman}, nil
 	}
-	return startPodmanService(ctx, getenv)
+	if !named {
+		// Not on the default path, which another launcher may be starting a
+		// service on too: on one of this launch's own.
+		dir := getenv("XDG_RUNTIME_DIR")
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		sock = filepath.Join(dir, fmt.Sprintf("propio-sandbox-podman-%d.sock", os.Getpid()))
+	}
+	return startPodmanService(ctx, sock)
 }
 
-// startPodmanService runs `podman system service` on a socket of this
-// launch's own until Stop, waiting (bounded) until it answers.
-func startPodmanService(ctx context.Context, getenv func(string) string) (Location, error) {
+// startPodmanService runs `podman system service` on sock until Stop,
+// waiting (bounded) until it answers.
+func startPodmanService(ctx context.Context, sock string) (Location, error) {
 	podman, err := exec.LookPath("podman")
 	if err != nil {
-		return Location{}, fmt.Errorf("no Podman API socket at %s and no podman installed: %w", PodmanSocket(getenv), ErrEngineMissing)
+		return Location{}, fmt.Errorf("no Podman API service listens on %s and no podman is installed: %w", sock, ErrEngineMissing)
 	}
-	dir := getenv("XDG_RUNTIME_DIR")
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	sock := filepath.Join(dir, fmt.Sprintf("propio-sandbox-podman-%d.sock", os.Getpid()))
-	os.Remove(sock)
+	os.Remove(sock) // a stale socket: nothing listens on it
 	cmd := exec.Command(podman, "system", "service", "--time=0", "unix://"+sock)
+	// Not a client of another Podman: CONTAINER_HOST would make it one.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CONTAINER_HOST=") && !strings.HasPrefix(kv, "CONTAINER_CONNECTION=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl+C for the sandbox is not for the service
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
