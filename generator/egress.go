@@ -156,6 +156,9 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		OutsideNetwork: nil,
 	}
 	g.Labels = types.Labels{LabelProfile: profileLabel(p), LabelWorkspace: h.Workspace}
+	// As every container of a sandbox (the gateway runs no git; this keeps
+	// the rule without exceptions).
+	g.Environment = types.MappingWithEquals{"GIT_DISCOVERY_ACROSS_FILESYSTEM": ptr("1")}
 	if *p.Network.HostGateway && !h.Podman {
 		g.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
 	}
