@@ -110,6 +110,29 @@ func MountSource(m profile.Mount, h Host) string {
 	return filepath.Clean(src)
 }
 
+// Ports returns the ports p publishes, as the sandbox publishes them: on
+// 127.0.0.1 unless an address is given, and on the host port of the same
+// number unless another is given.
+func Ports(p *profile.Profile) ([]types.ServicePortConfig, error) {
+	var out []types.ServicePortConfig
+	for _, spec := range p.Ports {
+		ports, err := types.ParsePortConfig(spec)
+		if err != nil {
+			return nil, fmt.Errorf("ports: %q: %w", spec, err)
+		}
+		for _, port := range ports {
+			if port.HostIP == "" {
+				port.HostIP = "127.0.0.1"
+			}
+			if port.Published == "" { // "3000" means localhost:3000, not a random port
+				port.Published = strconv.FormatUint(uint64(port.Target), 10)
+			}
+			out = append(out, port)
+		}
+	}
+	return out, nil
+}
+
 // Generate builds the Compose project that runs p on h. It returns a
 // profile.List of positioned problems for what only the host can reveal (a
 // missing mount source).
@@ -208,21 +231,11 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	svc.Init = ptr(*p.Security.Init)
 
-	for _, spec := range p.Ports {
-		ports, err := types.ParsePortConfig(spec)
-		if err != nil {
-			return nil, fmt.Errorf("ports: %q: %w", spec, err)
-		}
-		for _, port := range ports {
-			if port.HostIP == "" {
-				port.HostIP = "127.0.0.1"
-			}
-			if port.Published == "" { // "3000" means localhost:3000, not a random port
-				port.Published = strconv.FormatUint(uint64(port.Target), 10)
-			}
-			svc.Ports = append(svc.Ports, port)
-		}
+	ports, err := Ports(p)
+	if err != nil {
+		return nil, err
 	}
+	svc.Ports = ports
 
 	ext := map[string]any{"profile": profileLabel(p)}
 	if p.Resources.Timeout != "" {

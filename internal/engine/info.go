@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+)
+
+// Info is what the engine says about itself that preflight checks need.
+type Info struct {
+	// Arch is the engine's CPU architecture in image terms (amd64, arm64).
+	Arch string
+	// DataDir is where the engine keeps its images and containers
+	// (Docker's DockerRootDir, Podman's graph root).
+	DataDir string
+	// Runtimes are the names of the OCI runtimes the engine offers, sorted.
+	Runtimes []string
+	// DefaultRuntime is the one used when a container names none.
+	DefaultRuntime string
+}
+
+// Info reads the engine's architecture, data directory and runtimes.
+func (e *Engine) Info(ctx context.Context) (Info, error) {
+	res, err := e.cli.Client().Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return Info{}, fmt.Errorf("reading the engine's info: %w", err)
+	}
+	in := Info{
+		Arch:           NormalizeArch(res.Info.Architecture),
+		DataDir:        res.Info.DockerRootDir,
+		DefaultRuntime: res.Info.DefaultRuntime,
+	}
+	for name := range res.Info.Runtimes {
+		in.Runtimes = append(in.Runtimes, name)
+	}
+	sort.Strings(in.Runtimes)
+	return in, nil
+}
+
+// ImageArch returns the CPU architecture the image ref is built for, in
+// image terms, and whether the engine has the image at all.
+func (e *Engine) ImageArch(ctx context.Context, ref string) (arch string, found bool, err error) {
+	res, err := e.cli.Client().ImageInspect(ctx, ref)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("looking up image %s: %w", ref, err)
+	}
+	return NormalizeArch(res.Architecture), true, nil
+}
+
+// NormalizeArch names a CPU architecture as images do: the kernel's x86_64
+// is amd64, aarch64 is arm64.
+func NormalizeArch(arch string) string {
+	switch arch {
+	case "x86_64", "x86-64":
+		return "amd64"
+	case "aarch64":
+		return "arm64"
+	case "armv7l", "armhf":
+		return "arm"
+	case "i386", "i686":
+		return "386"
+	}
+	return arch
+}
