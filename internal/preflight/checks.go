@@ -1,0 +1,362 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/docker/go-units"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// command is how hints name the launcher.
+const command = "propio-sandbox"
+
+// EngineConn is what the checks ask of a connected engine.
+type EngineConn interface {
+	Info(ctx context.Context) (engine.Info, error)
+	ImageArch(ctx context.Context, ref string) (arch string, found bool, err error)
+}
+
+// TrustVerifier says whether a repository profile is trusted as it is.
+type TrustVerifier interface {
+	Verify(p *profile.Profile) error
+}
+
+// Hinter is an error that knows what to do about itself; the engine
+// check passes its hints on.
+type Hinter interface {
+	Hints() []string
+}
+
+// Inputs are what the checks look at.
+type Inputs struct {
+	Profile *profile.Profile
+	// Ref is how the profile was selected (-p), for hints; empty for the default.
+	Ref string
+	// Workspace is the directory the sandbox mounts, symlinks resolved.
+	Workspace string
+	// Home is the user's home directory.
+	Home string
+	// Host is the generator's view of the host, for mount sources.
+	Host generator.Host
+	// Build: the image will be built first (--build).
+	Build bool
+	// Limits are the host's capacity.
+	Limits profile.Limits
+	// Trust verifies repository profiles.
+	Trust TrustVerifier
+	// Connect reaches the engine; it is called at most once.
+	Connect func(context.Context) (EngineConn, error)
+	// LookupEnv reads the launcher's environment (os.LookupEnv when nil).
+	LookupEnv func(string) (string, bool)
+	// Stat reads a path's information (os.Stat when nil).
+	Stat func(string) (fs.FileInfo, error)
+	// Listen takes a host address for a moment, as net.Listen or
+	// net.ListenPacket would ("tcp" or "udp"); the default does exactly that.
+	Listen func(network, address string) (io.Closer, error)
+}
+
+// Checks returns the built-in checks for in, in the order run uses.
+func Checks(in Inputs) []Check {
+	if in.LookupEnv == nil {
+		in.LookupEnv = os.LookupEnv
+	}
+	if in.Stat == nil {
+		in.Stat = os.Stat
+	}
+	if in.Listen == nil {
+		in.Listen = listen
+	}
+	c := &checker{Inputs: in}
+	return []Check{
+		{Workspace, c.workspace},
+		{Trust, c.trust},
+		{EnvRequired, c.envRequired},
+		{Resources, c.resources},
+		{Mounts, c.mounts},
+		{Ports, c.ports},
+		{Engine, c.engine},
+		{Image, c.image},
+		{Runtime, c.runtime},
+	}
+}
+
+type checker struct {
+	Inputs
+	once    sync.Once
+	eng     EngineConn
+	engErr  error
+	info    engine.Info
+	infoErr error
+}
+
+// connect reaches the engine once, and reads its info.
+func (c *checker) connect(ctx context.Context) (EngineConn, error) {
+	c.once.Do(func() {
+		if c.Connect == nil {
+			c.engErr = errors.New("no engine to connect to")
+			return
+		}
+		c.eng, c.engErr = c.Connect(ctx)
+		if c.engErr == nil {
+			c.info, c.infoErr = c.eng.Info(ctx)
+		}
+	})
+	return c.eng, c.engErr
+}
+
+var errNoEngine = fail("not checked: the engine is not reachable", "fix what the engine check reports first")
+
+func (c *checker) file() string { return c.Profile.Meta.File }
+
+func (c *checker) workspace(ctx context.Context) Result {
+	ws := filepath.Clean(c.Workspace)
+	fi, err := c.Stat(ws)
+	switch {
+	case err != nil:
+		return fail(fmt.Sprintf("the workspace %s cannot be read: %v", ws, err), "run "+command+" in an existing project directory")
+	case !fi.IsDir():
+		return fail(fmt.Sprintf("the workspace %s is not a directory", ws), "run "+command+" in a project directory")
+	case ws == "/":
+		return fail("the workspace is /, the whole host filesystem", "run "+command+" in a project directory, not in /")
+	case c.Home != "" && samePath(ws, c.Home):
+		return fail(fmt.Sprintf("the workspace is your home directory %s: the sandbox would see and change all of it", c.Home), "run "+command+" in a project directory below your home")
+	}
+	if _, err := c.connect(ctx); err != nil {
+		return pass(ws + " is a directory the sandbox may have (the engine's data directory was not compared: the engine is not reachable)")
+	}
+	if c.infoErr != nil {
+		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
+	}
+	if d := c.info.DataDir; d != "" && within(filepath.Clean(d), ws) {
+		return fail(fmt.Sprintf("the workspace %s is in the engine's data directory %s", ws, d), "run "+command+" in a project directory outside "+d)
+	}
+	return pass(ws + " is a directory the sandbox may have")
+}
+
+func samePath(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, err1 := filepath.EvalSymlinks(a)
+	rb, err2 := filepath.EvalSymlinks(b)
+	return err1 == nil && err2 == nil && ra == rb
+}
+
+// within reports whether path is dir or below it.
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+func (c *checker) trust(context.Context) Result {
+	p := c.Profile
+	if !profile.NeedsTrust(p, c.Workspace) {
+		return pass(p.Meta.File + " is not a repository profile: it needs no trust")
+	}
+	if c.Trust == nil {
+		return fail(p.Meta.File+" is a repository profile and no trust store was given", "run `"+command+" trust` in "+c.Workspace)
+	}
+	if err := c.Trust.Verify(p); err != nil {
+		return fail(err.Error(),
+			"a repository profile can change what the sandbox may do, so run needs your trust for each version of it",
+			"review it with `"+command+" profiles show "+p.Meta.File+"`, then run `"+command+" trust` in "+c.Workspace)
+	}
+	return pass(p.Meta.File + " is trusted as it is")
+}
+
+func (c *checker) envRequired(context.Context) Result {
+	var missing []string
+	for _, name := range c.Profile.Env.Required {
+		if _, ok := c.LookupEnv(name); !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fail("required environment variables are not set: "+strings.Join(missing, ", "),
+			"set them in this shell, or remove them from env.required in "+c.file())
+	}
+	if len(c.Profile.Env.Required) == 0 {
+		return pass("the profile requires no variables")
+	}
+	return pass("set: " + strings.Join(c.Profile.Env.Required, ", "))
+}
+
+func (c *checker) resources(context.Context) Result {
+	r := c.Profile.Resources
+	var problems []string
+	if c.Limits.CPUs > 0 && r.CPUs > c.Limits.CPUs {
+		problems = append(problems, fmt.Sprintf("cpus %g is more than this host's %g cores", r.CPUs, c.Limits.CPUs))
+	}
+	mem, err := units.RAMInBytes(r.Memory)
+	switch {
+	case r.Memory == "":
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("memory %q is not a size", r.Memory))
+	case c.Limits.Memory > 0 && mem > c.Limits.Memory:
+		problems = append(problems, fmt.Sprintf("memory %s is more than this host's %s", r.Memory, units.BytesSize(float64(c.Limits.Memory))))
+	}
+	if len(problems) > 0 {
+		return fail(strings.Join(problems, "; "), "lower resources.cpus and resources.memory in "+c.file()+" to what this host has")
+	}
+	return pass(fmt.Sprintf("cpus %g and memory %s fit this host", r.CPUs, r.Memory))
+}
+
+func (c *checker) mounts(context.Context) Result {
+	var missing []string
+	n := 0
+	for i, m := range c.Profile.Mounts {
+		src := generator.MountSource(m, c.Host)
+		if _, err := c.Stat(src); err != nil {
+			if m.Optional {
+				continue
+			}
+			pos := c.Profile.Pos("mounts", strconv.Itoa(i), "source")
+			missing = append(missing, fmt.Sprintf("%s: mounts[%d].source: %s does not exist", pos, i, src))
+			continue
+		}
+		n++
+	}
+	if len(missing) > 0 {
+		return fail(strings.Join(missing, "; "), "create it, or mark the mount optional: true (a missing source is never created)")
+	}
+	return pass(fmt.Sprintf("%d mount source(s) exist", n))
+}
+
+func (c *checker) ports(context.Context) Result {
+	ports, err := generator.Ports(c.Profile)
+	if err != nil {
+		return fail(err.Error(), "fix ports in "+c.file())
+	}
+	var taken, free []string
+	for _, p := range ports {
+		lo, hi, err := portRange(p.Published)
+		if err != nil {
+			return fail(fmt.Sprintf("ports: host port %q: %v", p.Published, err), "fix ports in "+c.file())
+		}
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		for port := lo; port <= hi; port++ {
+			addr := net.JoinHostPort(p.HostIP, strconv.Itoa(port))
+			l, err := c.Listen(proto, addr)
+			if err != nil {
+				taken = append(taken, fmt.Sprintf("%s/%s (%v)", addr, proto, err))
+				continue
+			}
+			l.Close()
+			free = append(free, addr+"/"+proto)
+		}
+	}
+	if len(taken) > 0 {
+		return fail("host ports are taken: "+strings.Join(taken, "; "), "stop what listens there, or publish another host port in ports of "+c.file())
+	}
+	if len(free) == 0 {
+		return pass("the profile publishes no ports")
+	}
+	return pass("free: " + strings.Join(free, ", "))
+}
+
+// portRange reads "8080" or "8080-8082".
+func portRange(s string) (lo, hi int, err error) {
+	a, b, isRange := strings.Cut(s, "-")
+	if lo, err = strconv.Atoi(a); err != nil {
+		return 0, 0, err
+	}
+	hi = lo
+	if isRange {
+		if hi, err = strconv.Atoi(b); err != nil {
+			return 0, 0, err
+		}
+	}
+	if lo < 1 || hi > 65535 || hi < lo {
+		return 0, 0, errors.New("not a port or port range")
+	}
+	return lo, hi, nil
+}
+
+func listen(network, address string) (io.Closer, error) {
+	if strings.HasPrefix(network, "udp") {
+		return net.ListenPacket(network, address)
+	}
+	return net.Listen(network, address)
+}
+
+func (c *checker) engine(ctx context.Context) Result {
+	if _, err := c.connect(ctx); err != nil {
+		var h Hinter
+		if errors.As(err, &h) {
+			return fail(err.Error(), h.Hints()...)
+		}
+		return fail(err.Error())
+	}
+	if c.infoErr != nil {
+		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
+	}
+	return pass(fmt.Sprintf("reachable, %s", c.info.Arch))
+}
+
+func (c *checker) image(ctx context.Context) Result {
+	p := c.Profile
+	eng, err := c.connect(ctx)
+	if err != nil {
+		return errNoEngine
+	}
+	if c.Build && p.Build != nil {
+		return pass(p.Image + " will be built first (--build)")
+	}
+	arch, found, err := eng.ImageArch(ctx, p.Image)
+	if err != nil {
+		return fail(err.Error(), "check that the engine answers (docker info)")
+	}
+	if !found {
+		return fail("image "+p.Image+" is not on the engine", c.imageHint())
+	}
+	if c.infoErr == nil && c.info.Arch != "" && arch != "" && arch != c.info.Arch {
+		return fail(fmt.Sprintf("image %s is built for %s, the engine runs %s", p.Image, arch, c.info.Arch), c.imageHint())
+	}
+	return pass(p.Image + " is on the engine, for " + arch)
+}
+
+func (c *checker) imageHint() string {
+	p := c.Profile
+	if p.Build != nil {
+		pflag := ""
+		if c.Ref != "" {
+			pflag = " -p " + c.Ref
+		}
+		return "build it: " + command + " build" + pflag + " (or run with --build)"
+	}
+	return "build or pull it yourself (docker pull " + p.Image + "); " + command + " never pulls images on its own"
+}
+
+func (c *checker) runtime(ctx context.Context) Result {
+	if _, err := c.connect(ctx); err != nil {
+		return errNoEngine
+	}
+	if c.infoErr != nil {
+		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
+	}
+	want := c.Profile.Security.Runtime
+	if want == "" {
+		return pass("the engine's default runtime, " + c.info.DefaultRuntime)
+	}
+	if slices.Contains(c.info.Runtimes, want) {
+		return pass("the engine has the runtime " + want)
+	}
+	return fail(fmt.Sprintf("the engine has no runtime %q (it has: %s)", want, strings.Join(c.info.Runtimes, ", ")),
+		"install "+want+" and register it with the engine (Docker: \"runtimes\" in /etc/docker/daemon.json), or change security.runtime in "+c.file())
+}

@@ -1,0 +1,255 @@
+package preflight_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/preflight"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// fakeEngine is an engine with a fixed info and image list.
+type fakeEngine struct {
+	info    engine.Info
+	infoErr error
+	images  map[string]string // ref: architecture
+}
+
+func (f fakeEngine) Info(context.Context) (engine.Info, error) { return f.info, f.infoErr }
+func (f fakeEngine) ImageArch(_ context.Context, ref string) (string, bool, error) {
+	arch, ok := f.images[ref]
+	return arch, ok, nil
+}
+
+type fakeTrust struct{ err error }
+
+func (f fakeTrust) Verify(*profile.Profile) error { return f.err }
+
+// hintedErr is an engine error that carries hints, as the CLI's do.
+type hintedErr struct{ error }
+
+func (hintedErr) Hints() []string { return []string{"start the engine"} }
+
+var goodEngine = fakeEngine{
+	info:   engine.Info{Arch: "amd64", DataDir: "/var/lib/docker", Runtimes: []string{"runc", "runsc"}, DefaultRuntime: "runc"},
+	images: map[string]string{"img:1": "amd64", "arm:1": "arm64"},
+}
+
+// load writes yaml as a profile file in its own directory and loads it.
+func load(t *testing.T, yaml string) *profile.Profile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "profile.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Locations{}.LoadFile(path, profile.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// inputs are Inputs that pass every check, for a workspace of its own.
+func inputs(t *testing.T, yaml string) preflight.Inputs {
+	t.Helper()
+	ws := t.TempDir()
+	return preflight.Inputs{
+		Profile:   load(t, "image: img:1\n"+yaml),
+		Workspace: ws,
+		Home:      filepath.Dir(ws),
+		Host:      generator.Host{Workspace: ws},
+		Limits:    profile.Limits{CPUs: 4, Memory: 8 << 30},
+		Trust:     fakeTrust{},
+		Connect:   func(context.Context) (preflight.EngineConn, error) { return goodEngine, nil },
+		LookupEnv: func(string) (string, bool) { return "", false },
+		Listen:    func(string, string) (io.Closer, error) { return io.NopCloser(nil), nil },
+	}
+}
+
+// one runs the check named name.
+func one(t *testing.T, in preflight.Inputs, name string) preflight.Result {
+	t.Helper()
+	for _, c := range preflight.Checks(in) {
+		if c.Name == name {
+			return preflight.RunAll(context.Background(), []preflight.Check{c})[0]
+		}
+	}
+	t.Fatalf("no check %q", name)
+	return preflight.Result{}
+}
+
+func TestChecks(t *testing.T) {
+	t.Parallel()
+	occupied := func(network, addr string) (io.Closer, error) {
+		if addr == "127.0.0.1:8080" && network == "tcp" {
+			return nil, errors.New("address already in use")
+		}
+		return io.NopCloser(nil), nil
+	}
+	for _, tc := range []struct {
+		name   string
+		check  string
+		yaml   string
+		adjust func(*preflight.Inputs)
+		ok     bool
+		reason string // a part of the reason
+		hint   string // a part of a hint, for failures
+	}{
+		{name: "workspace ok", check: preflight.Workspace, ok: true, reason: "is a directory the sandbox may have"},
+		{name: "workspace root", check: preflight.Workspace, adjust: func(in *preflight.Inputs) { in.Workspace = "/" }, reason: "the workspace is /", hint: "project directory"},
+		{name: "workspace home", check: preflight.Workspace, adjust: func(in *preflight.Inputs) { in.Home = in.Workspace }, reason: "your home directory", hint: "below your home"},
+		{name: "workspace missing", check: preflight.Workspace, adjust: func(in *preflight.Inputs) { in.Workspace += "/gone" }, reason: "cannot be read"},
+		{name: "workspace a file", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			f := filepath.Join(in.Workspace, "f")
+			os.WriteFile(f, nil, 0o644)
+			in.Workspace = f
+		}, reason: "is not a directory"},
+		{name: "workspace in data dir", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.info.DataDir = filepath.Dir(in.Workspace)
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, reason: "engine's data directory", hint: "outside"},
+		{name: "workspace without engine", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
+		}, ok: true, reason: "was not compared"},
+
+		{name: "trust not needed", check: preflight.Trust, ok: true, reason: "needs no trust"},
+		{name: "trust ok", check: preflight.Trust, adjust: func(in *preflight.Inputs) { in.Workspace = filepath.Dir(in.Profile.Meta.Chain[0].Path) }, ok: true, reason: "is trusted"},
+		{name: "trust refused", check: preflight.Trust, adjust: func(in *preflight.Inputs) {
+			in.Workspace = filepath.Dir(in.Profile.Meta.Chain[0].Path)
+			in.Trust = fakeTrust{errors.New("profile.yaml is not trusted")}
+		}, reason: "not trusted", hint: "propio-sandbox trust"},
+
+		{name: "env none", check: preflight.EnvRequired, ok: true, reason: "requires no variables"},
+		{name: "env set", check: preflight.EnvRequired, yaml: "env: {pass: [KEY], required: [KEY]}\n", adjust: func(in *preflight.Inputs) {
+			in.LookupEnv = func(n string) (string, bool) { return "v", n == "KEY" }
+		}, ok: true, reason: "set: KEY"},
+		{name: "env missing", check: preflight.EnvRequired, yaml: "env: {pass: [KEY, OTHER], required: [KEY, OTHER]}\n", adjust: func(in *preflight.Inputs) {
+			in.LookupEnv = func(n string) (string, bool) { return "v", n == "KEY" }
+		}, reason: "not set: OTHER", hint: "env.required"},
+
+		{name: "resources fit", check: preflight.Resources, yaml: "resources: {cpus: 2, memory: 2g}\n", ok: true, reason: "fit this host"},
+		{name: "resources too many cpus", check: preflight.Resources, yaml: "resources: {cpus: 2, memory: 2g}\n", adjust: func(in *preflight.Inputs) { in.Limits.CPUs = 1 }, reason: "more than this host's 1 cores", hint: "lower"},
+		{name: "resources too much memory", check: preflight.Resources, yaml: "resources: {cpus: 2, memory: 2g}\n", adjust: func(in *preflight.Inputs) { in.Limits.Memory = 1 << 30 }, reason: "memory 2g is more than", hint: "lower"},
+
+		{name: "mounts exist", check: preflight.Mounts, yaml: "mounts: [{source: ., target: /data}, {source: ./gone, target: /gone, optional: true}]\n", ok: true, reason: "1 mount source(s) exist"},
+		{name: "mount missing", check: preflight.Mounts, yaml: "mounts: [{source: ./gone, target: /gone}]\n", reason: "profile.yaml:2:19: mounts[0].source:", hint: "optional: true"},
+
+		{name: "no ports", check: preflight.Ports, ok: true, reason: "publishes no ports"},
+		{name: "ports free", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8081:80\", \"0.0.0.0:9000-9001:90-91/udp\"]\n", adjust: func(in *preflight.Inputs) { in.Listen = occupied }, ok: true, reason: "127.0.0.1:8081/tcp"},
+		{name: "port taken", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8080\"]\n", adjust: func(in *preflight.Inputs) { in.Listen = occupied }, reason: "127.0.0.1:8080/tcp (address already in use)", hint: "another host port"},
+
+		{name: "engine ok", check: preflight.Engine, ok: true, reason: "reachable"},
+		{name: "engine down", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
+			in.Connect = func(context.Context) (preflight.EngineConn, error) {
+				return nil, hintedErr{errors.New("the container engine is not running")}
+			}
+		}, reason: "not running", hint: "start the engine"},
+		{name: "engine info fails", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.infoErr = errors.New("reading the engine's info: boom")
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, reason: "boom"},
+
+		{name: "image present", check: preflight.Image, ok: true, reason: "img:1 is on the engine, for amd64"},
+		{name: "image missing", check: preflight.Image, adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1" }, reason: "gone:1 is not on the engine", hint: "never pulls"},
+		{name: "image missing, buildable", check: preflight.Image, yaml: "build: {context: .}\n", adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1"; in.Ref = "x" }, reason: "not on the engine", hint: "propio-sandbox build -p x"},
+		{name: "image built with --build", check: preflight.Image, yaml: "build: {context: .}\n", adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1"; in.Build = true }, ok: true, reason: "will be built"},
+		{name: "image other arch", check: preflight.Image, adjust: func(in *preflight.Inputs) { in.Profile.Image = "arm:1" }, reason: "built for arm64, the engine runs amd64"},
+		{name: "image without engine", check: preflight.Image, adjust: func(in *preflight.Inputs) {
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
+		}, reason: "not checked"},
+
+		{name: "runtime default", check: preflight.Runtime, ok: true, reason: "default runtime, runc"},
+		{name: "runtime present", check: preflight.Runtime, yaml: "security: {runtime: runsc}\n", ok: true, reason: "has the runtime runsc"},
+		{name: "runtime unknown", check: preflight.Runtime, yaml: "security: {runtime: nosuch}\n", reason: `no runtime "nosuch" (it has: runc, runsc)`, hint: "security.runtime"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := inputs(t, tc.yaml)
+			if tc.adjust != nil {
+				tc.adjust(&in)
+			}
+			r := one(t, in, tc.check)
+			if r.Name != tc.check || r.OK != tc.ok || !strings.Contains(r.Reason, tc.reason) {
+				t.Errorf("got %+v; want ok %v and a reason with %q", r, tc.ok, tc.reason)
+			}
+			if tc.ok && len(r.Hints) > 0 || !tc.ok && !strings.Contains(strings.Join(r.Hints, "\n"), tc.hint) {
+				t.Errorf("hints %q; want one with %q", r.Hints, tc.hint)
+			}
+		})
+	}
+}
+
+// TestRunStopsAtFirstFailure: Run returns the first failure and runs
+// nothing after it; RunAll runs everything.
+func TestRunStopsAtFirstFailure(t *testing.T) {
+	t.Parallel()
+	var ran []string
+	mk := func(name string, ok bool) preflight.Check {
+		return preflight.Check{Name: name, Fn: func(context.Context) preflight.Result {
+			ran = append(ran, name)
+			return preflight.Result{OK: ok, Reason: name + " says so"}
+		}}
+	}
+	checks := []preflight.Check{mk("a", true), mk("b", false), mk("c", false)}
+	err := preflight.Run(context.Background(), checks)
+	var f *preflight.Failure
+	if !errors.As(err, &f) || f.Name != "b" || err.Error() != "preflight check b failed: b says so" {
+		t.Errorf("Run = %v; want the failure of b", err)
+	}
+	if strings.Join(ran, ",") != "a,b" {
+		t.Errorf("Run ran %v; want a,b", ran)
+	}
+	ran = nil
+	res := preflight.RunAll(context.Background(), checks)
+	if len(res) != 3 || preflight.OK(res) || !res[0].OK || res[2].Name != "c" || res[2].Hints == nil {
+		t.Errorf("RunAll = %+v", res)
+	}
+	if preflight.Run(context.Background(), checks[:1]) != nil || !preflight.OK(res[:1]) {
+		t.Errorf("a passing check failed")
+	}
+}
+
+// TestConnectOnce: every engine-facing check shares one connection attempt.
+func TestConnectOnce(t *testing.T) {
+	t.Parallel()
+	in := inputs(t, "")
+	n := 0
+	in.Connect = func(context.Context) (preflight.EngineConn, error) { n++; return nil, errors.New("down") }
+	preflight.RunAll(context.Background(), preflight.Checks(in))
+	if n != 1 {
+		t.Errorf("connected %d times, want 1", n)
+	}
+}
+
+// TestPortsReal: the default Listen really finds a port taken.
+func TestPortsReal(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	in := inputs(t, "network: {mode: open}\nports: [\""+itoa(port)+":80\"]\n")
+	in.Listen = nil
+	if r := one(t, in, preflight.Ports); r.OK || !strings.Contains(r.Reason, "127.0.0.1:"+itoa(port)) {
+		t.Errorf("got %+v; want the port taken", r)
+	}
+	ln.Close()
+	if r := one(t, in, preflight.Ports); !r.OK {
+		t.Errorf("got %+v; want the port free", r)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
