@@ -1,5 +1,5 @@
-// Package schema holds the JSON Schema of propio-sandbox profiles and checks
-// decoded documents against it.
+// Package schema holds the JSON Schemas of propio-sandbox profiles and of
+// `doctor --json` output, and checks decoded documents against them.
 //
 // The schema is the contract for users and editors; it says what a single
 // profile file may contain. Checks that need more than one file (extends) or
@@ -27,6 +27,15 @@ import (
 //go:embed profile.schema.json
 var ProfileJSON []byte
 
+// DoctorJSON is the JSON Schema of what `propio-sandbox doctor --json`
+// prints.
+//
+//go:embed doctor.schema.json
+var DoctorJSON []byte
+
+// DoctorURL is the doctor schema's $id.
+const DoctorURL = "https://propio-sandbox.dev/schema/doctor-v1.json"
+
 // ProfileURL is the schema's $id, used in the modeline of generated profiles.
 const ProfileURL = "https://propio-sandbox.dev/schema/profile-v1.json"
 
@@ -50,7 +59,7 @@ var (
 func compile() error {
 	compileOnce.Do(func() {
 		c := jsonschema.NewCompiler()
-		for url, doc := range map[string][]byte{ProfileURL: ProfileJSON} {
+		for url, doc := range map[string][]byte{ProfileURL: ProfileJSON, DoctorURL: DoctorJSON} {
 			v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
 			if err != nil {
 				compileErr = fmt.Errorf("decoding embedded schema %s: %w", url, err)
@@ -76,6 +85,12 @@ func compile() error {
 // It returns every violation, sorted by path; none means the document is valid.
 func ValidateProfile(doc any) ([]Violation, error) {
 	return validate(ProfileURL, doc)
+}
+
+// ValidateDoctor checks a decoded `doctor --json` document against the
+// doctor schema, as ValidateProfile does for profiles.
+func ValidateDoctor(doc any) ([]Violation, error) {
+	return validate(DoctorURL, doc)
 }
 
 func validate(url string, doc any) ([]Violation, error) {

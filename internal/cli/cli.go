@@ -19,6 +19,8 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1
 	ExitUsage   = 2
+	// ExitPreflight: a preflight check failed, and nothing was created.
+	ExitPreflight = 3
 )
 
 const name = "propio-sandbox"
@@ -72,6 +74,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 	root.AddCommand(
 		newRun(a),
 		newBuild(a),
+		newDoctor(a),
 		newLs(a),
 		newGC(a),
 		newRender(a),
@@ -114,6 +117,9 @@ type hinted struct {
 
 func (e hinted) Error() string { return e.err.Error() }
 func (e hinted) Unwrap() error { return e.err }
+
+// Hints are what to do about the error.
+func (e hinted) Hints() []string { return e.hints }
 
 func withHint(err error, hints ...string) error { return hinted{err, hints} }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/propio/propio-sandbox/internal/cli"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/schema"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -46,7 +47,7 @@ func TestScripts(t *testing.T) {
 		Dir:                 filepath.Join("testdata", "script"),
 		Setup:               setup,
 		Condition:           condition,
-		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON},
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON, "doctorschema": cmdDoctorSchema},
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		UpdateScripts:       updating(),
@@ -164,5 +165,28 @@ func cmdValidJSON(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s is a JSON object with keys %q", args[0], args[1:])
 	case !neg && err != nil:
 		ts.Fatalf("%s: %v", args[0], err)
+	}
+}
+
+// cmdDoctorSchema checks a file against the JSON Schema of doctor --json:
+//
+//	doctorschema FILE
+func cmdDoctorSchema(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: doctorschema FILE")
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(ts.ReadFile(args[0])), &doc); err != nil {
+		ts.Fatalf("%s: %v", args[0], err)
+	}
+	v, err := schema.ValidateDoctor(doc)
+	if err != nil {
+		ts.Fatalf("%s: %v", args[0], err)
+	}
+	for _, x := range v {
+		ts.Logf("%s: %s: %s", args[0], strings.Join(x.Path, "."), x.Message)
+	}
+	if len(v) > 0 {
+		ts.Fatalf("%s does not match the doctor schema", args[0])
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
+	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sshagent"
 	"github.com/spf13/cobra"
@@ -75,16 +76,12 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	if profile.NeedsTrust(p, e.workspace) {
-		if err := (profile.TrustStore{Dir: e.dirs.State}).Verify(p); err != nil {
-			return withHint(err,
-				"a repository profile can change what the sandbox may do, so run needs your trust for each version of it",
-				"review it with `"+name+" profiles show "+p.Meta.File+"`, then run `"+name+" trust` in "+e.workspace)
-		}
-	}
-	if missing := missingRequired(p); len(missing) > 0 {
-		return withHint(fmt.Errorf("required environment variables are not set: %s", strings.Join(missing, ", ")),
-			"set them in this shell, or remove them from env.required in "+p.Meta.File)
+	// Nothing is created before every check has passed.
+	ctx := context.Background()
+	var conn engineConn
+	defer conn.close()
+	if err := preflight.Run(ctx, a.preflightChecks(e, p, f.build, &conn)); err != nil {
+		return preflightFailed(err)
 	}
 	var timeout time.Duration
 	if p.Resources.Timeout != "" {
@@ -102,7 +99,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		return err
 	}
 
-	return a.withEngineOf(p.Engine, func(ctx context.Context, eng *engine.Engine) error {
+	return func(ctx context.Context, eng *engine.Engine) error {
 		// Leftovers of launchers that were killed before they could clean up.
 		if removed, err := eng.GC(ctx); err != nil {
 			fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, err)
@@ -167,7 +164,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			return exitCode(code)
 		}
 		return nil
-	})
+	}(ctx, conn.eng)
 }
 
 // prepareGateway numbers the sandbox network apart from the engine's,

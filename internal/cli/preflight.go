@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"os"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/preflight"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// engineConn is the engine the preflight checks connected to, kept for the
+// launch that follows them.
+type engineConn struct {
+	eng  *engine.Engine
+	stop func() error
+}
+
+// close releases the connection and stops a Podman API service started for
+// the launch; safe on a connection never made.
+func (c *engineConn) close() {
+	if c.eng != nil {
+		c.eng.Close()
+	}
+	if c.stop != nil {
+		c.stop()
+	}
+}
+
+// preflightChecks are the built-in checks for p in e's workspace; the
+// engine they connect to is kept in conn.
+func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engineConn) []preflight.Check {
+	home, _ := os.UserHomeDir()
+	return preflight.Checks(preflight.Inputs{
+		Profile:   p,
+		Ref:       a.profile,
+		Workspace: e.workspace,
+		Home:      home,
+		Host:      generator.Host{Workspace: e.workspace, Home: home, PropioHome: hostinfo.PropioHome()},
+		Build:     build,
+		Limits:    hostinfo.Limits(),
+		Trust:     profile.TrustStore{Dir: e.dirs.State},
+		Connect: func(ctx context.Context) (preflight.EngineConn, error) {
+			want := cmp.Or(a.engine, p.Engine, engine.Auto)
+			loc, err := engine.Locate(ctx, want, os.Getenv)
+			if err != nil {
+				return nil, engineHint(err, nil, "", want)
+			}
+			conn.stop = loc.Stop
+			eng, err := connect(ctx, a, loc)
+			if err != nil {
+				return nil, err
+			}
+			conn.eng = eng
+			return eng, nil
+		},
+	})
+}
+
+// preflightFailed is a failed check as run reports it: exit 3, the check's
+// name and reason, and its hints.
+func preflightFailed(err error) error {
+	var f *preflight.Failure
+	if errors.As(err, &f) {
+		return withCode{withHint(err, f.Hints...), ExitPreflight}
+	}
+	return err
+}
