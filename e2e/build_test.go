@@ -24,7 +24,7 @@ func TestBuild(t *testing.T) {
 
 	// Missing at first: run says how to build it.
 	r := s.Run("", "run", "-p", p, "--", "exit", "0")
-	if r.Code != 1 || !strings.Contains(r.Stderr, image) || !strings.Contains(r.Stderr, "propio-sandbox build -p "+p) {
+	if r.Code != 3 || !strings.Contains(r.Stderr, "preflight check image failed") || !strings.Contains(r.Stderr, image) || !strings.Contains(r.Stderr, "propio-sandbox build -p "+p) {
 		t.Fatalf("want the missing image named with the command that builds it:\n%s", r)
 	}
 

@@ -69,8 +69,8 @@ func TestEnvSecretNotEchoed(t *testing.T) {
 	// print it either.
 	bad := s.Profile(probeOffline + "env: {pass: [E2E_TOKEN, E2E_MISSING], required: [E2E_TOKEN, E2E_MISSING]}\n")
 	r := probeRun(s, bad, "id")
-	if r.Code != 1 || strings.Contains(r.Stdout+r.Stderr, secret) {
-		t.Fatalf("want exit 1 without the secret in the output:\n%s", r)
+	if r.Code != 3 || strings.Contains(r.Stdout+r.Stderr, secret) {
+		t.Fatalf("want exit 3 (a failed preflight check) without the secret in the output:\n%s", r)
 	}
 }
 
@@ -81,8 +81,8 @@ func TestEnvRequired(t *testing.T) {
 	s := newSandbox(t)
 	p := s.Profile(probeOffline + "env: {pass: [E2E_REQUIRED_VAR], required: [E2E_REQUIRED_VAR]}\n")
 	r := probeRun(s, p, "id")
-	if r.Code != 1 || !strings.Contains(r.Stderr, "E2E_REQUIRED_VAR") {
-		t.Fatalf("want exit 1 naming E2E_REQUIRED_VAR:\n%s", r)
+	if r.Code != 3 || !strings.Contains(r.Stderr, "preflight check env.required failed") || !strings.Contains(r.Stderr, "E2E_REQUIRED_VAR") {
+		t.Fatalf("want exit 3 from the env.required check naming E2E_REQUIRED_VAR:\n%s", r)
 	}
 	if strings.Contains(r.Stdout, "uid=") {
 		t.Fatalf("the probe ran:\n%s", r)

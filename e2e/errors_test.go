@@ -183,7 +183,7 @@ func TestErrorNoEngine(t *testing.T) {
 			missing := filepath.Join(t.TempDir(), "missing.sock")
 			s.Env = append(s.Env, "PATH="+bin, "DOCKER_HOST=unix://"+missing)
 			r := s.Run("", "run", "-p", p, "--", "exit", "0")
-			errorsCheck(t, r, 1, append(tc.inError, missing), tc.inHint)
+			errorsCheck(t, r, 3, append(tc.inError, "preflight check engine failed", missing), tc.inHint)
 			if strings.Contains(r.Stderr, tc.notInHintOrErr) {
 				t.Errorf("stderr says %q, which is the other case's advice:\n%s", tc.notInHintOrErr, r)
 			}
@@ -207,9 +207,15 @@ func TestErrorNotRunning(t *testing.T) {
 		t.Fatalf("the dead socket file should stay: %v", err)
 	}
 	s.Env = append(s.Env, "DOCKER_HOST=unix://"+path)
+	// run fails its engine preflight check (exit 3); the other commands
+	// fail plainly (exit 1).
 	for _, args := range [][]string{{"run", "-p", p, "--", "exit", "0"}, {"ls"}, {"gc"}} {
 		r := s.Run("", args...)
-		errorsCheck(t, r, 1, []string{"not running", path}, []string{"start the Docker daemon"})
+		code, inError := 1, []string{"not running", path}
+		if args[0] == "run" {
+			code, inError = 3, append(inError, "preflight check engine failed")
+		}
+		errorsCheck(t, r, code, inError, []string{"start the Docker daemon"})
 	}
 }
 
@@ -237,7 +243,7 @@ func TestErrorPermissionDenied(t *testing.T) {
 		}
 	}
 	r := errorsRunCmd(t, ctx, cmd)
-	errorsCheck(t, r, 1, []string{"permission denied", sock}, []string{"docker group"})
+	errorsCheck(t, r, 3, []string{"preflight check engine failed", "permission denied", sock}, []string{"docker group"})
 }
 
 // errorsAsUser makes cmd run as uid (gid the same, no supplementary groups), with
@@ -279,7 +285,7 @@ func TestErrorEngineTooOld(t *testing.T) {
 	sock := errorsFakeEngine(t, errorsSocketDir(t), "1.24", "1.12.0")
 	s.Env = append(s.Env, "DOCKER_HOST=unix://"+sock)
 	r := s.Run("", "run", "-p", p, "--", "exit", "0")
-	errorsCheck(t, r, 1, []string{"too old", "1.24"}, []string{"upgrade"})
+	errorsCheck(t, r, 3, []string{"preflight check engine failed", "too old", "1.24"}, []string{"upgrade"})
 }
 
 func TestErrorImageMissing(t *testing.T) {
@@ -292,7 +298,7 @@ func TestErrorImageMissing(t *testing.T) {
 	t.Run("no build section", func(t *testing.T) {
 		p := s.Profile("image: " + image + "\nnetwork: {mode: none}\n")
 		r := s.Run("", "run", "-p", p, "--", "exit", "0")
-		errorsCheck(t, r, 1, []string{image}, []string{"never pulls"})
+		errorsCheck(t, r, 3, []string{"preflight check image failed", image}, []string{"never pulls"})
 		if left := s.Leftovers(); len(left) > 0 {
 			t.Errorf("a failed run left %v", left)
 		}
@@ -304,7 +310,7 @@ func TestErrorImageMissing(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := s.Run("", "run", "-p", p, "--", "exit", "0")
-		errorsCheck(t, r, 1, []string{image}, []string{"propio-sandbox build"})
+		errorsCheck(t, r, 3, []string{"preflight check image failed", image}, []string{"propio-sandbox build"})
 		if left := s.Leftovers(); len(left) > 0 {
 			t.Errorf("a failed run left %v", left)
 		}
@@ -333,7 +339,7 @@ func TestErrorUntrustedProfile(t *testing.T) {
 	refused := func(t *testing.T) {
 		t.Helper()
 		r := s.Run("", "run", "--", "exit", "0")
-		errorsCheck(t, r, 1, []string{"sandbox.yaml"}, []string{"propio-sandbox trust"})
+		errorsCheck(t, r, 3, []string{"preflight check trust failed", "sandbox.yaml"}, []string{"propio-sandbox trust"})
 		if left := s.Leftovers(); len(left) > 0 {
 			t.Errorf("a refused run left %v", left)
 		}

@@ -326,8 +326,8 @@ func TestIsolationMissingMount(t *testing.T) {
 		// Line 1 is the image line Profile adds.
 		p := s.Profile(probeOffline + "mounts:\n  - source: " + missing + "\n    target: /data\n")
 		r := probeRun(s, p, "id")
-		if r.Code != 1 {
-			t.Fatalf("want exit 1 for a missing mount source:\n%s", r)
+		if r.Code != 3 || !strings.Contains(r.Stderr, "preflight check mounts failed") {
+			t.Fatalf("want exit 3 from the mounts check for a missing mount source:\n%s", r)
 		}
 		want := p + ":4:13: mounts[0].source: "
 		if !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, missing) {
