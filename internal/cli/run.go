@@ -100,12 +100,24 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	}
 
 	return func(ctx context.Context, eng *engine.Engine) error {
-		// Leftovers of launchers that were killed before they could clean up.
-		if removed, err := eng.GC(ctx); err != nil {
-			fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, err)
-		} else if len(removed) > 0 {
-			fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
-		}
+		// Leftovers of launchers that were killed before they could clean
+		// up, removed while this sandbox starts (gc touches only sandboxes
+		// whose launcher is gone, never this one); reported at the end.
+		gcDone := make(chan struct{})
+		var removed []string
+		var gcErr error
+		go func() {
+			defer close(gcDone)
+			removed, gcErr = eng.GC(ctx)
+		}()
+		defer func() {
+			<-gcDone
+			if gcErr != nil {
+				fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, gcErr)
+			} else if len(removed) > 0 {
+				fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
+			}
+		}()
 		if allowlist && eng.Kind == engine.Podman {
 			return withHint(errors.New("network.mode allowlist does not run on Podman yet: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), through which the sandbox would reach services of the host and resolve any name"),
 				"use Docker for this profile (--engine docker), or a profile without an allowlist on Podman (-p open, or -p offline)")
@@ -146,6 +158,8 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				Interactive: true,
 				Timeout:     timeout,
 				Build:       f.build,
+				// The image check of preflight has just looked.
+				ImageChecked: true,
 			})
 			// Another launcher took the same network at the same moment:
 			// number it again and retry.

@@ -33,6 +33,9 @@ type RunOptions struct {
 	Timeout time.Duration
 	// Build builds the image first when the project says how.
 	Build bool
+	// ImageChecked: the caller has just seen the agent's image on the
+	// engine (preflight), so it is not looked up again.
+	ImageChecked bool
 	// LookupEnv reads the launcher's environment for the variables the
 	// project passes by name. Values stay in memory: they go to the engine
 	// in the container's configuration and nowhere else.
@@ -117,8 +120,10 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		}
 	}()
 
-	if err := e.ensureImage(ctx, project, svc, o.Build); err != nil {
-		return 0, err
+	if !o.ImageChecked || o.Build {
+		if err := e.ensureImage(ctx, project, svc, o.Build); err != nil {
+			return 0, err
+		}
 	}
 	if gw, ok := project.Services[generator.GatewayService]; ok {
 		if err := e.ensureImage(ctx, project, gw, false); err != nil {

@@ -100,9 +100,15 @@ type checker struct {
 	engErr  error
 	info    engine.Info
 	infoErr error
+	// The profile's image, looked up with the info.
+	imageArch  string
+	imageFound bool
+	imageErr   error
 }
 
-// connect reaches the engine once, and reads its info.
+// connect reaches the engine once, and reads its info and the image's
+// architecture at the same time (both are needed; each costs a round trip
+// to the engine, and run's start-up waits for them).
 func (c *checker) connect(ctx context.Context) (EngineConn, error) {
 	c.once.Do(func() {
 		if c.Connect == nil {
@@ -110,9 +116,13 @@ func (c *checker) connect(ctx context.Context) (EngineConn, error) {
 			return
 		}
 		c.eng, c.engErr = c.Connect(ctx)
-		if c.engErr == nil {
-			c.info, c.infoErr = c.eng.Info(ctx)
+		if c.engErr != nil {
+			return
 		}
+		var wg sync.WaitGroup
+		wg.Go(func() { c.imageArch, c.imageFound, c.imageErr = c.eng.ImageArch(ctx, c.Profile.Image) })
+		c.info, c.infoErr = c.eng.Info(ctx)
+		wg.Wait()
 	})
 	return c.eng, c.engErr
 }
@@ -311,14 +321,13 @@ func (c *checker) engine(ctx context.Context) Result {
 
 func (c *checker) image(ctx context.Context) Result {
 	p := c.Profile
-	eng, err := c.connect(ctx)
-	if err != nil {
+	if _, err := c.connect(ctx); err != nil {
 		return errNoEngine
 	}
 	if c.Build && p.Build != nil {
 		return pass(p.Image + " will be built first (--build)")
 	}
-	arch, found, err := eng.ImageArch(ctx, p.Image)
+	arch, found, err := c.imageArch, c.imageFound, c.imageErr
 	if err != nil {
 		return fail(err.Error(), "check that the engine answers (docker info)")
 	}
