@@ -6,8 +6,6 @@ package e2e
 // test's HOME stands in for the user's.
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,14 +73,7 @@ echo done`
 func TestSSHAgentForwarding(t *testing.T) {
 	s := newSandbox(t)
 	requireAgentImage(t)
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv, sshPub := testKey(t)
 	// On Docker the sandbox goes through an allowlist gateway; Podman runs
 	// no allowlist, so there it shares the default network with the server.
 	podman := enginePodman(t)

@@ -264,6 +264,21 @@ func startSSHAgent(t *testing.T, keys ...ed25519.PrivateKey) string {
 	return sock
 }
 
+// testKey makes an ed25519 key pair: the private key for an agent, the
+// public one for a server's authorized keys.
+func testKey(t *testing.T) (ed25519.PrivateKey, ssh.PublicKey) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv, sshPub
+}
+
 func writeFile(t *testing.T, path string, data []byte, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, data, mode); err != nil {
@@ -286,14 +301,7 @@ func TestSSHServerWithAgent(t *testing.T) {
 	}
 	t.Cleanup(func() { docker("network", "rm", network) })
 
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv, sshPub := testKey(t)
 	_, otherPriv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -12,13 +12,8 @@ import (
 // TestPathExists checks paths where the engine runs containers (this
 // machine, for a local engine), leaving no container behind.
 func TestPathExists(t *testing.T) {
-	testenv.RequireEngine(t)
 	ctx := context.Background()
-	eng, err := engine.Connect(ctx, engine.HostFromEnv(), engine.Streams{Out: os.Stdout, Err: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := connectEngine(t)
 	dir := t.TempDir()
 	for path, want := range map[string]bool{dir: true, dir + "/missing/socket": false} {
 		got, err := eng.PathExists(ctx, testenv.ProbeImage, path)
@@ -32,4 +27,17 @@ func TestPathExists(t *testing.T) {
 	if _, err := eng.DockerDesktop(ctx); err != nil {
 		t.Errorf("DockerDesktop: %v", err)
 	}
+}
+
+// connectEngine connects to the tests' engine (skipping without one), for
+// the rest of the test.
+func connectEngine(t *testing.T) *engine.Engine {
+	t.Helper()
+	testenv.RequireEngine(t)
+	eng, err := engine.Connect(context.Background(), engine.HostFromEnv(), engine.Streams{Out: os.Stdout, Err: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return eng
 }

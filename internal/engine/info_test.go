@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,13 +13,8 @@ import (
 // TestInfo compares what Info and ImageArch say with what the docker CLI
 // reports about the same engine.
 func TestInfo(t *testing.T) {
-	testenv.RequireEngine(t)
 	ctx := context.Background()
-	eng, err := engine.Connect(ctx, engine.HostFromEnv(), engine.Streams{Out: os.Stdout, Err: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := connectEngine(t)
 	in, err := eng.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
