@@ -30,6 +30,7 @@ type options struct {
 	cacert  string
 	noProxy bool
 	socks   bool
+	failErr bool // fetch: exit 1 after printing a non-2xx answer, as curl --fail-with-body
 }
 
 // parse reads cmd's flags, wherever they are among the arguments ("--"
@@ -44,6 +45,7 @@ func parse(cmd string, args []string, n int, timeout time.Duration, web bool) (o
 		fs.StringVar(&o.cacert, "cacert", "", "trust only the CA in this PEM file")
 		fs.BoolVar(&o.noProxy, "no-proxy", false, "ignore the proxy variables")
 		fs.BoolVar(&o.socks, "socks", false, "use the SOCKS5 proxy in ALL_PROXY")
+		fs.BoolVar(&o.failErr, "fail", false, "exit 1 after printing an answer that is not 2xx")
 	}
 	var pos []string
 	for rest := args; len(rest) > 0; {
@@ -256,6 +258,9 @@ func fetch(args []string) {
 	os.Stdout.Write(body)
 	if len(body) > 0 && body[len(body)-1] != '\n' {
 		fmt.Println()
+	}
+	if o.failErr && resp.StatusCode/100 != 2 {
+		os.Exit(1)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/spf13/cobra"
 )
@@ -37,7 +39,26 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 			}
 			var conn engineConn
 			defer conn.close()
-			results := preflight.RunAll(context.Background(), a.preflightChecks(e, p, build, &conn))
+			ctx := context.Background()
+			results := preflight.RunAll(ctx, a.preflightChecks(e, p, build, &conn))
+			// The profile's own checks need the engine, and the agent's image.
+			if len(p.Checks) > 0 && preflight.OK(results) {
+				podman := func(h *generator.Host) {
+					h.Podman = conn.eng.Kind == engine.Podman
+					h.KeepID = h.Podman && conn.eng.Rootless
+				}
+				o := generator.Options{Project: generator.ProjectName(e.workspace, "")}
+				if p.Network.Mode == "allowlist" {
+					if err := gatewayOptions(&o, e.dirs); err != nil {
+						return err
+					}
+				}
+				results = append(results, preflight.RunAll(ctx, a.declaredChecks(conn.eng, e, p, o, podman, nil))...)
+			} else {
+				for _, c := range p.Checks {
+					results = append(results, preflight.Result{Name: c.Name, Reason: "not run: a built-in check failed", Hints: []string{"fix the failing built-in checks first"}})
+				}
+			}
 			rep := doctorReport{Profile: p.Meta.File, Workspace: e.workspace, OK: preflight.OK(results), Checks: results}
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)

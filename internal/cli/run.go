@@ -31,10 +31,12 @@ import (
 // runFlags are the flags of run, which the root command shares (run is the default).
 type runFlags struct {
 	build bool
+	skip  []string
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.build, "build", false, "build the profile's image first (when it has a build section)")
+	cmd.Flags().StringArrayVar(&f.skip, "skip-checks", nil, "skip the profile's declared check `NAME` for this run (never a built-in one)")
 }
 
 func newRun(a *app) *cobra.Command {
@@ -74,6 +76,9 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	}
 	e, p, err := loadSelected(a.profile)
 	if err != nil {
+		return err
+	}
+	if err := checkSkips(p, f.skip); err != nil {
 		return err
 	}
 	// Nothing is created before every check has passed.
@@ -141,6 +146,10 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			}
 			h.Podman = eng.Kind == engine.Podman
 			h.KeepID = h.Podman && eng.Rootless
+		}
+		// The profile's own checks, each in a throwaway sandbox of it.
+		if err := preflight.Run(ctx, a.declaredChecks(eng, e, p, o, withAgent, f.skip)); err != nil {
+			return preflightFailed(err)
 		}
 		var code int
 		for attempt := 1; ; attempt++ {

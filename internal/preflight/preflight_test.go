@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -253,3 +254,15 @@ func TestPortsReal(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestBuiltinNamesKnownToProfiles: a declared check may not take a built-in
+// check's name; the profile package's list must be this package's.
+func TestBuiltinNamesKnownToProfiles(t *testing.T) {
+	var names []string
+	for _, c := range preflight.Checks(preflight.Inputs{Profile: &profile.Profile{}}) {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, profile.BuiltinChecks) {
+		t.Fatalf("built-in checks %v, profile.BuiltinChecks %v", names, profile.BuiltinChecks)
+	}
+}

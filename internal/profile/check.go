@@ -344,9 +344,29 @@ func (p *Profile) Check(l Limits) error {
 			"set network.mode: open to publish ports", "ports")
 	}
 	p.checkEgress(add)
+	seen := map[string]bool{}
+	for i, c := range p.Checks {
+		idx := strconv.Itoa(i)
+		switch {
+		case slices.Contains(BuiltinChecks, c.Name):
+			add(fmt.Sprintf("%q is the name of a built-in check", c.Name), "name the check after what it proves, such as \"openrouter key works\"", "checks", idx, "name")
+		case seen[c.Name]:
+			add(fmt.Sprintf("%q is the name of another check too", c.Name), "", "checks", idx, "name")
+		}
+		seen[c.Name] = true
+		if c.Timeout != "" {
+			if d, err := time.ParseDuration(c.Timeout); err != nil || d <= 0 {
+				add(fmt.Sprintf("%q is not a positive duration", c.Timeout), "write a duration such as 20s or 2m", "checks", idx, "timeout")
+			}
+		}
+	}
 	p.sortByPos(errs)
 	return errs.err()
 }
+
+// BuiltinChecks are the names of the built-in preflight checks, which a
+// declared check may not take (internal/preflight defines them).
+var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "engine", "image", "runtime"}
 
 // checkEgress checks the allowlist rules and the bandwidth cap, each error at
 // the rule that has it.

@@ -168,6 +168,18 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\n  bandwidth: 10mb\n",
 			want: []string{`4:14: network.bandwidth: "10mb" is not valid here (want a rate such as 10mbit (bit, kbit, mbit or gbit per second))`},
 		},
+		"declared check named like a built-in, twice, bad timeout": {
+			yaml: "image: a\nchecks:\n  - {name: engine, run: [id]}\n  - {name: key works, run: [id]}\n  - {name: key works, run: [id], timeout: soon}\n",
+			want: []string{
+				`3:12: checks[0].name: "engine" is the name of a built-in check`,
+				`5:12: checks[2].name: "key works" is the name of another check too`,
+				`5:43: checks[2].timeout: "soon" is not valid here (want a duration such as 90s, 30m or 2h)`,
+			},
+		},
+		"declared check without a command": {
+			yaml: "image: a\nchecks:\n  - {name: key works}\n",
+			want: []string{`3:5: checks[0]: missing required field "run"`},
+		},
 		"ports with allowlist": {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\nports: [\"3000\"]\n",
 			want: []string{"4:8: ports: cannot be published when network.mode is allowlist: the engine publishes no port of a container on an internal network"},

@@ -37,7 +37,10 @@ type Profile struct {
 	SSHAgent string `yaml:"ssh_agent,omitempty"`
 	// Engine is auto (the default), docker or podman; --engine overrides it.
 	Engine string `yaml:"engine,omitempty"`
-	Meta   Meta   `yaml:"-"`
+	// Checks are run, each in a throwaway sandbox of this profile, after
+	// the built-in preflight checks and before the agent starts.
+	Checks []DeclaredCheck `yaml:"checks,omitempty"`
+	Meta   Meta            `yaml:"-"`
 	src    *resolved
 }
 
@@ -88,6 +91,18 @@ type Env struct {
 	Set      map[string]string `yaml:"set,omitempty"`
 	Required []string          `yaml:"required,omitempty"`
 }
+
+// DeclaredCheck is a profile's own preflight check: a command that must
+// exit 0 in a sandbox of the profile (same network policy, environment and
+// mounts) for the agent to start.
+type DeclaredCheck struct {
+	Name    string   `yaml:"name"`
+	Run     []string `yaml:"run"`
+	Timeout string   `yaml:"timeout,omitempty"` // default DefaultCheckTimeout
+}
+
+// DefaultCheckTimeout bounds a declared check that states no timeout.
+const DefaultCheckTimeout = "30s"
 
 // Git is the host git setup the sandbox shares.
 type Git struct {
