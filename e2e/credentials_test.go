@@ -155,7 +155,7 @@ func TestSSHAgentForwarding(t *testing.T) {
 			t.Fatalf("want a warning about SSH_AUTH_SOCK and a run without forwarding:\n%s", r)
 		}
 		r = s.Run("", "run", "-p", profile("on"), "--", "true")
-		if r.Code == 0 || !strings.Contains(r.Stderr, "SSH_AUTH_SOCK") || len(s.Leftovers()) > 0 {
+		if r.Code != 3 || !strings.Contains(r.Stderr, "preflight check ssh-agent failed") || !strings.Contains(r.Stderr, "SSH_AUTH_SOCK") || len(s.Leftovers()) > 0 {
 			t.Fatalf("ssh_agent on without an agent must stop before anything is created:\n%s\nleft: %v", r, s.Leftovers())
 		}
 	})

@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sshagent"
 )
 
 // command is how hints name the launcher.
@@ -87,6 +89,7 @@ func Checks(in Inputs) []Check {
 		{Resources, c.resources},
 		{Mounts, c.mounts},
 		{Ports, c.ports},
+		{SSHAgent, c.sshAgent},
 		{Engine, c.engine},
 		{Image, c.image},
 		{Runtime, c.runtime},
@@ -243,6 +246,41 @@ func (c *checker) mounts(context.Context) Result {
 		return fail(strings.Join(missing, "; "), "create it, or mark the mount optional: true (a missing source is never created)")
 	}
 	return pass(fmt.Sprintf("%d mount source(s) exist", n))
+}
+
+// sshAgent checks, when forwarding is on (by the profile or
+// PROPIO_SANDBOX_SSH_AGENT), that SSH_AUTH_SOCK names a socket an agent
+// answers on. Under auto a missing agent is only a warning, later.
+func (c *checker) sshAgent(context.Context) Result {
+	getenv := func(k string) (string, bool) { return c.LookupEnv(k) }
+	mode, err := sshagent.ModeFrom(c.Profile.SSHAgent, getenv)
+	if err != nil {
+		return fail(err.Error(), "set "+sshagent.EnvMode+" to auto, on or off")
+	}
+	if mode != sshagent.On {
+		return pass("SSH agent forwarding is " + string(cmpMode(mode)) + ": nothing to check")
+	}
+	hints := []string{
+		"start an agent and add a key (eval \"$(ssh-agent)\"; ssh-add), then run again",
+		"or set " + sshagent.EnvMode + "=off",
+	}
+	sock, ok := c.LookupEnv("SSH_AUTH_SOCK")
+	if !ok || sock == "" {
+		return fail("ssh_agent is on and SSH_AUTH_SOCK is not set", hints...)
+	}
+	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return fail(fmt.Sprintf("ssh_agent is on and no agent answers on SSH_AUTH_SOCK %s: %v", sock, err), hints...)
+	}
+	conn.Close()
+	return pass("an SSH agent answers on " + sock)
+}
+
+func cmpMode(m sshagent.Mode) sshagent.Mode {
+	if m == "" {
+		return sshagent.Auto
+	}
+	return m
 }
 
 func (c *checker) ports(context.Context) Result {

@@ -24,6 +24,7 @@ const (
 	Resources   = "resources"
 	Mounts      = "mounts"
 	Ports       = "ports"
+	SSHAgent    = "ssh-agent"
 	Engine      = "engine"
 	Image       = "image"
 	Runtime     = "runtime"

@@ -266,3 +266,54 @@ func TestBuiltinNamesKnownToProfiles(t *testing.T) {
 		t.Fatalf("built-in checks %v, profile.BuiltinChecks %v", names, profile.BuiltinChecks)
 	}
 }
+
+func TestSSHAgentCheck(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	live := filepath.Join(dir, "live.sock")
+	l, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dead := filepath.Join(dir, "dead.sock")
+	tests := map[string]struct {
+		profileMode string
+		env         map[string]string
+		ok          bool
+		reason      string
+	}{
+		"off":                         {profileMode: "off", ok: true},
+		"auto without an agent":       {profileMode: "auto", ok: true},
+		"on with an agent":            {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": live}, ok: true},
+		"on without SSH_AUTH_SOCK":    {profileMode: "on", reason: "SSH_AUTH_SOCK is not set"},
+		"on with a dead socket":       {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": dead}, reason: "no agent answers"},
+		"the environment turns it on": {profileMode: "off", env: map[string]string{"PROPIO_SANDBOX_SSH_AGENT": "on"}, reason: "SSH_AUTH_SOCK is not set"},
+		"a bad mode":                  {profileMode: "off", env: map[string]string{"PROPIO_SANDBOX_SSH_AGENT": "yes"}, reason: "PROPIO_SANDBOX_SSH_AGENT"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			in := preflight.Inputs{
+				Profile:   &profile.Profile{SSHAgent: tc.profileMode},
+				LookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok },
+			}
+			for _, c := range preflight.Checks(in) {
+				if c.Name != preflight.SSHAgent {
+					continue
+				}
+				r := c.Fn(context.Background())
+				if r.OK != tc.ok || !strings.Contains(r.Reason, tc.reason) {
+					t.Fatalf("ok=%v reason %q; want ok=%v and %q", r.OK, r.Reason, tc.ok, tc.reason)
+				}
+				if !r.OK && len(r.Hints) == 0 {
+					t.Error("a failure without a hint")
+				}
+				return
+			}
+			t.Fatal("no ssh-agent check")
+		})
+	}
+}

@@ -366,7 +366,7 @@ func (p *Profile) Check(l Limits) error {
 
 // BuiltinChecks are the names of the built-in preflight checks, which a
 // declared check may not take (internal/preflight defines them).
-var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "engine", "image", "runtime"}
+var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "ssh-agent", "engine", "image", "runtime"}
 
 // checkEgress checks the allowlist rules and the bandwidth cap, each error at
 // the rule that has it.
