@@ -44,20 +44,20 @@ func checkSkips(p *profile.Profile, skip []string) error {
 // policy, gateway included, environment and mounts), which is removed
 // afterwards, and passes when the command exits 0. Their output is kept for
 // the reason of a failure, not shown.
-func (a *app) declaredChecks(eng *engine.Engine, e env, p *profile.Profile, o generator.Options, adjust func(*generator.Host), skip []string) []preflight.Check {
+func (a *app) declaredChecks(eng *engine.Engine, e env, p *profile.Profile, o generator.Options, gen generateFunc, adjust func(*generator.Host), skip []string) []preflight.Check {
 	var checks []preflight.Check
 	for _, c := range p.Checks {
 		if slices.Contains(skip, c.Name) {
 			continue
 		}
 		checks = append(checks, preflight.Check{Name: c.Name, Fn: func(ctx context.Context) preflight.Result {
-			return a.declaredCheck(ctx, eng, e, p, o, adjust, c)
+			return a.declaredCheck(ctx, eng, e, p, o, gen, adjust, c)
 		}})
 	}
 	return checks
 }
 
-func (a *app) declaredCheck(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options, adjust func(*generator.Host), c profile.DeclaredCheck) preflight.Result {
+func (a *app) declaredCheck(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options, gen generateFunc, adjust func(*generator.Host), c profile.DeclaredCheck) preflight.Result {
 	timeout, _ := time.ParseDuration(cmp.Or(c.Timeout, profile.DefaultCheckTimeout)) // Check has parsed it
 	hints := []string{
 		"fix what the check reports, then run again",
@@ -76,9 +76,9 @@ func (a *app) declaredCheck(ctx context.Context, eng *engine.Engine, e env, p *p
 	o.Command = c.Run
 	var project *types.Project
 	if p.Network.Mode == "allowlist" {
-		project, err = a.prepareGateway(ctx, capture, e, p, o, adjust)
+		project, err = a.prepareGateway(ctx, capture, e, p, o, gen, adjust)
 	} else {
-		project, err = e.project(p, o, adjust)
+		project, err = gen(o, adjust)
 	}
 	if err != nil {
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}

@@ -53,7 +53,11 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 						return err
 					}
 				}
-				results = append(results, preflight.RunAll(ctx, a.declaredChecks(conn.eng, e, p, o, podman, nil))...)
+				gen, err := e.generate(p)
+				if err != nil {
+					return err
+				}
+				results = append(results, preflight.RunAll(ctx, a.declaredChecks(conn.eng, e, p, o, gen, podman, nil))...)
 			} else {
 				for _, c := range p.Checks {
 					results = append(results, preflight.Result{Name: c.Name, Reason: "not run: a built-in check failed", Hints: []string{"fix the failing built-in checks first"}})

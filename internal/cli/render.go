@@ -81,6 +81,22 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 // project gathers the host facts p needs and generates its Compose project;
 // adjust adds what the launch found out itself (a forwarded SSH agent).
 func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
+	gen, err := e.generate(p)
+	if err != nil {
+		return nil, err
+	}
+	return gen(o, adjust...)
+}
+
+// generateFunc generates a project of one profile for o, from host facts
+// gathered once; adjust adds what the launch found out since.
+type generateFunc func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error)
+
+// generate gathers the host facts p needs (the workspace walk for its
+// patterns, the account files, the extra mounts) once, for every project a
+// launch generates: the first, the one with the gateway's network, those of
+// the declared checks.
+func (e env) generate(p *profile.Profile) (generateFunc, error) {
 	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
 	var me *hostinfo.MountsError
 	if errors.As(err, &me) {
@@ -89,11 +105,14 @@ func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*ge
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range adjust {
-		f(&host)
-	}
-	// Its errors name the profile file, line and column already.
-	return generator.Generate(p, host, o)
+	return func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
+		h := host // the adjustments change only fields of its own
+		for _, f := range adjust {
+			f(&h)
+		}
+		// Its errors name the profile file, line and column already.
+		return generator.Generate(p, h, o)
+	}, nil
 }
 
 // Environment variables that change where the allowlist gateway comes from

@@ -99,7 +99,11 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
 		}
 	}
-	project, err := e.project(p, o)
+	gen, err := e.generate(p)
+	if err != nil {
+		return err
+	}
+	project, err := gen(o)
 	if err != nil {
 		return err
 	}
@@ -148,17 +152,17 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			h.KeepID = h.Podman && eng.Rootless
 		}
 		// The profile's own checks, each in a throwaway sandbox of it.
-		if err := preflight.Run(ctx, a.declaredChecks(eng, e, p, o, withAgent, f.skip)); err != nil {
+		if err := preflight.Run(ctx, a.declaredChecks(eng, e, p, o, gen, withAgent, f.skip)); err != nil {
 			return preflightFailed(err)
 		}
 		var code int
 		for attempt := 1; ; attempt++ {
 			if allowlist {
-				if project, err = a.prepareGateway(ctx, eng, e, p, o, withAgent); err != nil {
+				if project, err = a.prepareGateway(ctx, eng, e, p, o, gen, withAgent); err != nil {
 					return err
 				}
 			} else if agent.Forward || eng.Kind == engine.Podman {
-				if project, err = e.project(p, o, withAgent); err != nil {
+				if project, err = gen(o, withAgent); err != nil {
 					return err
 				}
 			}
@@ -193,7 +197,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 // prepareGateway numbers the sandbox network apart from the engine's,
 // generates the project, makes sure the gateway's image exists (building it
 // from this executable when it does not) and starts the decision log.
-func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
+func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, o generator.Options, gen generateFunc, adjust func(*generator.Host)) (*types.Project, error) {
 	used, err := eng.UsedSubnets(ctx)
 	if err != nil {
 		return nil, err
@@ -201,7 +205,7 @@ func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *
 	if o.Subnet, err = generator.PickSubnet(o.Project, used); err != nil {
 		return nil, err
 	}
-	project, err := e.project(p, o, adjust)
+	project, err := gen(o, adjust)
 	if err != nil {
 		return nil, err
 	}
