@@ -240,14 +240,7 @@ func (a *app) prepareGateway(ctx context.Context, eng *engine.Engine, e env, p *
 // gateway, unless it is there already (each gateway address has its own).
 func writeResolvConf(dir string, gw netip.Addr) error {
 	path := filepath.Join(dir, generator.ResolvConfName(gw))
-	want := generator.ResolvConf(gw)
-	if b, err := os.ReadFile(path); err == nil && string(b) == want {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	if err := fsutil.WriteFileAtomic(path, []byte(want), 0o644); err != nil {
+	if err := fsutil.WriteFileIfChanged(path, []byte(generator.ResolvConf(gw)), 0o644); err != nil {
 		return fmt.Errorf("writing the sandbox's resolv.conf: %w", err)
 	}
 	return nil

@@ -2,6 +2,7 @@
 package fsutil
 
 import (
+	"bytes"
 	"fmt"
 	"io/fs"
 	"os"
@@ -38,4 +39,18 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// WriteFileIfChanged makes path hold data: it writes nothing when it does
+// already, else creates its directory (0755) and writes it atomically. For
+// the small files a launch mounts (resolv.conf, account files), which are
+// the same from one launch to the next.
+func WriteFileIfChanged(path string, data []byte, perm fs.FileMode) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	return WriteFileAtomic(path, data, perm)
 }

@@ -194,13 +194,7 @@ func accountFiles(dir string, uid, gid int) (passwd, group string, err error) {
 		{base + ".passwd", generator.PasswdFile(uid, gid)},
 		{base + ".group", generator.GroupFile(gid)},
 	} {
-		if b, err := os.ReadFile(f.path); err == nil && string(b) == f.content {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", "", fmt.Errorf("creating %s: %w", dir, err)
-		}
-		if err := fsutil.WriteFileAtomic(f.path, []byte(f.content), 0o644); err != nil {
+		if err := fsutil.WriteFileIfChanged(f.path, []byte(f.content), 0o644); err != nil {
 			return "", "", fmt.Errorf("writing the sandbox's account files: %w", err)
 		}
 	}

@@ -1,0 +1,33 @@
+package fsutil
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestWriteFileIfChanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "resolv.conf")
+	if err := WriteFileIfChanged(path, []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(path, old, old)
+	// The same content: not written again.
+	if err := WriteFileIfChanged(path, []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); !st.ModTime().Equal(old) {
+		t.Errorf("the file was rewritten though its content was the same")
+	}
+	if err := WriteFileIfChanged(path, []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "two\n" {
+		t.Errorf("content %q, want two", b)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
+	}
+}
