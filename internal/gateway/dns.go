@@ -133,14 +133,22 @@ func (d *DNS) respond(client net.Addr, query []byte) []byte {
 		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
 	}
 	dec := nameDecision(d.Config.Policy, name)
-	d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
 	if !dec.Allowed {
+		d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
 		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
 	}
 	answer := d.Answer
 	if q.Type == dnsmessage.TypeAAAA {
 		answer = d.Answer6
+	} else if v, ok, err := d.Config.virtualAnswer(context.Background(), name); err != nil {
+		// Allowed, but it resolves to what no rule can allow: nothing
+		// would pass, so say it now.
+		d.log(client, name, false, "", err.Error(), "")
+		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
+	} else if ok {
+		answer = v
 	}
+	d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
 	return dnsReply(h, q, dnsmessage.RCodeSuccess, answer)
 }
 

@@ -56,7 +56,16 @@ type Config struct {
 	// by all the gateway's connections (egress.ParseBandwidth reads it from a
 	// profile). 0 means no cap. It is read at the first relayed byte.
 	Bandwidth int64
+	// Kernel, when set, forwards the connections to allowed names in the
+	// kernel, through the virtual addresses of Virtual (see kernel.go); it
+	// is not used with a Bandwidth cap, which only user space enforces.
+	Kernel Kernel
+	// Virtual are the addresses DNS gives allowed names when Kernel is set:
+	// a prefix of the sandbox network that no container has. They are never
+	// an upstream.
+	Virtual netip.Prefix
 
+	virtual   *virtualTable
 	lookups   lookupCache // the system resolver's answers, when Resolve is nil
 	limitOnce sync.Once
 	limits    [2]*limiter // by direction; nil without a cap

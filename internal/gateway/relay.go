@@ -121,6 +121,9 @@ func (c *Config) refuses(a netip.Addr) string {
 	if why := egress.AlwaysDeniedReason(a); why != "" {
 		return why
 	}
+	if c.Virtual.IsValid() && c.Virtual.Contains(a) {
+		return ownReason
+	}
 	c.ownMu.Lock()
 	defer c.ownMu.Unlock()
 	if slices.Contains(c.own, a) {

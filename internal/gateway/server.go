@@ -24,6 +24,9 @@ const (
 	DefaultDNSPort       = 53
 	DefaultHTTPPort      = 80
 	DefaultTLSPort       = 443
+	// DefaultCatchPort is where the kernel redirects what it does not
+	// forward to a virtual address (Config.Kernel).
+	DefaultCatchPort = 1
 )
 
 // Ports are where a gateway listens; a zero field means its default. Each is
@@ -31,7 +34,7 @@ const (
 // on their own port, and a host:port rule's TCP forward listens on the rule's
 // port.
 type Ports struct {
-	HTTPProxy, SOCKS, DNS, HTTP, TLS uint16
+	HTTPProxy, SOCKS, DNS, HTTP, TLS, Catch uint16
 	// Bind maps each of those ports, and each forward's, to the port to bind
 	// (0: any free port, as tests want); nil binds every port as it is. The
 	// gateway's behaviour, the upstream ports included, follows the ports
@@ -45,6 +48,7 @@ func (p Ports) withDefaults() Ports {
 	p.DNS = cmp.Or(p.DNS, DefaultDNSPort)
 	p.HTTP = cmp.Or(p.HTTP, DefaultHTTPPort)
 	p.TLS = cmp.Or(p.TLS, DefaultTLSPort)
+	p.Catch = cmp.Or(p.Catch, DefaultCatchPort)
 	return p
 }
 
@@ -63,6 +67,7 @@ func (p Ports) own() []namedPort {
 		{"dns", p.DNS},
 		{"http", p.HTTP},
 		{"tls", p.TLS},
+		{"catch", p.Catch},
 	}
 }
 
@@ -138,6 +143,12 @@ func Listen(cfg *Config, addr netip.Addr, ports Ports) (*Server, error) {
 		{"socks", ports.SOCKS, cfg.ServeSOCKS},
 		{"http", ports.HTTP, func(l net.Listener) error { return cfg.ServeHostHTTP(l, ports.HTTP) }},
 		{"tls", ports.TLS, func(l net.Listener) error { return cfg.ServeTLS(l, ports.TLS) }},
+	}
+	if cfg.Kernel != nil && cfg.Bandwidth == 0 {
+		cfg.virtual = newVirtualTable(cfg.Virtual)
+		listeners = append(listeners, listener{"catch", ports.Catch, cfg.ServeCatch})
+	} else {
+		cfg.Kernel = nil
 	}
 	for _, f := range forwards {
 		name := "tcp:" + net.JoinHostPort(f.host, strconv.Itoa(int(f.port)))

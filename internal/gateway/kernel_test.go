@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/egress"
+)
+
+// fakeKernel records what the gateway asks the kernel to forward; Original
+// reports dst for every connection.
+type fakeKernel struct {
+	mu       sync.Mutex
+	forwards map[netip.Addr]string // virtual address -> "ports -> upstream"
+	calls    int
+	fail     bool
+	dst      netip.AddrPort
+}
+
+func (k *fakeKernel) Forward(v netip.Addr, ports []uint16, to netip.Addr) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls++
+	if k.fail {
+		return errors.New("no kernel here")
+	}
+	if k.forwards == nil {
+		k.forwards = map[netip.Addr]string{}
+	}
+	k.forwards[v] = fmt.Sprint(ports, " -> ", to)
+	return nil
+}
+
+func (k *fakeKernel) Original(net.Conn) (netip.AddrPort, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.dst.IsValid() {
+		return netip.AddrPort{}, errors.New("not redirected")
+	}
+	return k.dst, nil
+}
+
+func kernelConfig(t *testing.T, k *fakeKernel, virtual string) (*Config, *entryLog) {
+	t.Helper()
+	p, err := egress.ParsePolicy([]string{"allowed.test", "*.wild.test", "ssh.test:22", "rebind.test", "v6only.test"}, []string{"bad.wild.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &entryLog{}
+	c := &Config{
+		Policy: p, Log: NewLogger(log), Kernel: k, Virtual: netip.MustParsePrefix(virtual),
+		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
+			switch host {
+			case "rebind.test":
+				return []netip.Addr{netip.MustParseAddr("192.0.2.9"), netip.MustParseAddr("169.254.169.254")}, nil
+			case "v6only.test":
+				return []netip.Addr{netip.MustParseAddr("2001:db8::1")}, nil
+			case "gone.wild.test":
+				return nil, errors.New("no such host")
+			}
+			return []netip.Addr{netip.MustParseAddr("2001:db8::2"), netip.MustParseAddr("192.0.2." + fmt.Sprint(len(host)))}, nil
+		},
+	}
+	c.virtual = newVirtualTable(c.Virtual)
+	return c, log
+}
+
+func TestVirtualAnswer(t *testing.T) {
+	k := &fakeKernel{}
+	c, _ := kernelConfig(t, k, "10.99.0.128/25")
+	ctx := context.Background()
+
+	a, ok, err := c.virtualAnswer(ctx, "allowed.test")
+	if err != nil || !ok || a != netip.MustParseAddr("10.99.0.129") {
+		t.Fatalf("allowed.test: %v %v %v, want the first virtual address", a, ok, err)
+	}
+	if got := k.forwards[a]; got != "[80 443] -> 192.0.2.12" {
+		t.Errorf("allowed.test forwards %q, want its ports to its IPv4 upstream", got)
+	}
+	// Asked again: the same address, and nothing new for the kernel.
+	if again, _, _ := c.virtualAnswer(ctx, "allowed.test"); again != a || k.calls != 1 {
+		t.Errorf("asked again: %v after %d kernel calls, want %v after 1", again, k.calls, a)
+	}
+	ssh, ok, _ := c.virtualAnswer(ctx, "ssh.test")
+	if !ok || ssh == a || k.forwards[ssh] != "[22] -> 192.0.2.8" {
+		t.Errorf("ssh.test: %v forwards %q, want its own address forwarding only port 22", ssh, k.forwards[ssh])
+	}
+	if _, ok, err := c.virtualAnswer(ctx, "rebind.test"); ok || err == nil {
+		t.Errorf("a name resolving to the metadata address got a virtual address (err %v)", err)
+	}
+	for _, name := range []string{"v6only.test", "gone.wild.test"} {
+		if v, ok, err := c.virtualAnswer(ctx, name); ok || err != nil {
+			t.Errorf("%s: %v %v %v, want the user-space path (no virtual address, no error)", name, v, ok, err)
+		}
+	}
+	// A virtual address is never an upstream.
+	if why := c.refuses(a); why == "" {
+		t.Errorf("the virtual address %v may be an upstream", a)
+	}
+}
+
+func TestVirtualAnswerReusesTheLeastRecent(t *testing.T) {
+	k := &fakeKernel{}
+	c, _ := kernelConfig(t, k, "10.99.0.128/30") // two usable addresses
+	now := time.Unix(1000, 0)
+	c.Now = func() time.Time { now = now.Add(time.Second); return now }
+	ctx := context.Background()
+	a1, _, _ := c.virtualAnswer(ctx, "a.wild.test")
+	a2, _, _ := c.virtualAnswer(ctx, "bb.wild.test")
+	c.virtualAnswer(ctx, "a.wild.test") // a is now the more recent
+	a3, ok, _ := c.virtualAnswer(ctx, "ccc.wild.test")
+	if !ok || a3 != a2 || a1 == a2 {
+		t.Fatalf("addresses %v %v, then %v for a third name: want bb's (the least recent) reused", a1, a2, a3)
+	}
+	if name, _ := c.virtual.name(a3); name != "ccc.wild.test" {
+		t.Errorf("the reused address stands for %q", name)
+	}
+	if got := k.forwards[a3]; got != "[80 443] -> 192.0.2.13" {
+		t.Errorf("the reused address forwards %q", got)
+	}
+}
+
+func TestVirtualAnswerKernelFails(t *testing.T) {
+	k := &fakeKernel{fail: true}
+	c, _ := kernelConfig(t, k, "10.99.0.128/25")
+	if a, ok, err := c.virtualAnswer(context.Background(), "allowed.test"); ok || err != nil {
+		t.Fatalf("with a failing kernel: %v %v %v, want the user-space path", a, ok, err)
+	}
+	if _, ok := c.virtual.byName["allowed.test"]; ok {
+		t.Error("a mapping the kernel refused is kept")
+	}
+}
+
+func TestCatchAndForwardedLog(t *testing.T) {
+	k := &fakeKernel{}
+	c, log := kernelConfig(t, k, "10.99.0.128/25")
+	a, _, _ := c.virtualAnswer(context.Background(), "ssh.test")
+	k.dst = netip.AddrPortFrom(a, 7)
+
+	addr := startServing(t, c.ServeCatch)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	e := log.waitFor(t, "nat", "ssh.test")
+	checkEntry(t, e, "nat", "ssh.test", 7, false, "", "no network.allow rule matches")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Error("the caught connection was not closed")
+	}
+
+	c.LogForwarded(Conn{
+		Start: time.Unix(5, 0), Client: netip.MustParseAddrPort("10.99.0.3:40000"),
+		Dst: netip.AddrPortFrom(a, 22), Upstream: netip.MustParseAddrPort("192.0.2.8:22"), BytesUp: 10, BytesDown: 20,
+	})
+	var got []Entry
+	for _, e := range log.entries(t) {
+		if e.Via == "nat" && e.Allowed {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 || got[0].Host != "ssh.test" || got[0].Port != 22 || got[0].BytesUp != 10 || got[0].BytesDown != 20 ||
+		got[0].Client != "10.99.0.3:40000" || !got[0].Time.Equal(time.Unix(5, 0)) || got[0].Rule != "ssh.test:22" {
+		t.Errorf("forwarded connection logged as %+v", got)
+	}
+}
+
+func TestAllowedPorts(t *testing.T) {
+	c, _ := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
+	for name, want := range map[string][]uint16{
+		"allowed.test":  {80, 443},
+		"ssh.test":      {22},
+		"x.wild.test":   {80, 443},
+		"bad.wild.test": nil,
+		"denied.test":   nil,
+	} {
+		if got := c.allowedPorts(name); !slices.Equal(got, want) {
+			t.Errorf("%s: ports %v, want %v", name, got, want)
+		}
+	}
+}
