@@ -39,10 +39,28 @@ const (
 // the host's LAN or VPN, and it is never a public address.
 var subnetPool = netip.MustParsePrefix("198.18.0.0/15")
 
-// subnetBits is the size of one sandbox network: 14 addresses, of which the
-// engine's bridge takes the first, the gateway the second and the agent one
-// more.
-const subnetBits = 28
+// subnetBits is the size of one sandbox network. The engine numbers its
+// containers from the lower half (ContainerRange: its bridge would take the
+// first address, the gateway takes the second, the agent one more); the
+// upper half (VirtualRange) are the gateway's virtual addresses, one per
+// allowed name the sandbox resolved, which the gateway's kernel forwards.
+const subnetBits = 24
+
+// ContainerRange is the part of a sandbox network the engine gives
+// containers addresses from.
+func ContainerRange(subnet netip.Prefix) netip.Prefix {
+	return netip.PrefixFrom(subnet.Masked().Addr(), subnet.Bits()+1)
+}
+
+// VirtualRange is the part of a sandbox network no container gets: the
+// gateway's virtual addresses.
+func VirtualRange(subnet netip.Prefix) netip.Prefix {
+	s := subnet.Masked()
+	a := s.Addr().As4()
+	half := uint32(1) << (32 - s.Bits() - 1)
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + half
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.Bits()+1)
+}
 
 // PickSubnet chooses the sandbox network of project: the slot of the pool its
 // name hashes to, or the next one that overlaps none of used (the engine's
@@ -106,7 +124,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 			// still gives its bridge one, through which the sandbox would
 			// reach every service the host listens with on all addresses.
 			DriverOpts: types.Options{"com.docker.network.bridge.inhibit_ipv4": "true"},
-			Ipam:       types.IPAMConfig{Config: []*types.IPAMPool{{Subnet: subnet.String()}}},
+			Ipam:       types.IPAMConfig{Config: []*types.IPAMPool{{Subnet: subnet.String(), IPRange: ContainerRange(subnet).String()}}},
 			Labels:     types.Labels{LabelWorkspace: h.Workspace},
 		},
 	}
@@ -133,7 +151,6 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	g := types.ServiceConfig{Name: GatewayService}
 	g.Image = image
 	g.PullPolicy = types.PullPolicyNever
-	g.Command = command
 	// The host's user, so the log it writes is the user's; it needs no
 	// capability to listen on ports 53, 80 and 443, as its network namespace
 	// lets anyone bind them.
@@ -143,6 +160,21 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	}
 	g.Sysctls = types.Mapping{"net.ipv4.ip_unprivileged_port_start": "0"}
 	g.CapDrop = []string{"ALL"}
+	if kernelForwarding(p, h) {
+		// Forwarded by the kernel of the gateway's own network namespace,
+		// which it programs with CAP_NET_ADMIN there. It starts as root
+		// only to become the host's user at once with that one capability
+		// (an engine gives a non-root user none); SETUID and SETGID are for
+		// that change. Connection tracking counts bytes for the log, and
+		// forgets a closed connection after a second, so it is logged then.
+		command = append(command, "--virtual", VirtualRange(subnet).String(), "--uid", strconv.Itoa(h.UID), "--gid", strconv.Itoa(h.GID))
+		g.User = "0:0"
+		g.CapAdd = []string{"NET_ADMIN", "SETGID", "SETUID"}
+		g.Sysctls["net.ipv4.ip_forward"] = "1"
+		g.Sysctls["net.netfilter.nf_conntrack_acct"] = "1"
+		g.Sysctls["net.netfilter.nf_conntrack_tcp_timeout_time_wait"] = "1"
+	}
+	g.Command = command
 	g.SecurityOpt = []string{"no-new-privileges:true"}
 	g.ReadOnly = true
 	g.MemLimit = types.UnitBytes(256 << 20)
@@ -185,6 +217,14 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		agent.Environment[k] = ptr(v)
 	}
 	return nil
+}
+
+// kernelForwarding reports whether the gateway forwards allowed names in
+// its kernel: not under a bandwidth cap, which only its user-space relay
+// enforces, and not on Podman, whose user namespace mapping (keep-id) would
+// make its root the user.
+func kernelForwarding(p *profile.Profile, h Host) bool {
+	return p.Network.Bandwidth == "" && !h.Podman && !h.KeepID
 }
 
 // ResolvConfName is the file, in Host.ResolvDir, that points a sandbox's DNS

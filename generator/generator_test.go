@@ -326,14 +326,14 @@ func TestPickSubnet(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := netip.MustParsePrefix("198.18.0.0/15")
-	if first.Bits() != 28 || !pool.Contains(first.Addr()) {
-		t.Fatalf("subnet %s is not a /28 of %s", first, pool)
+	if first.Bits() != 24 || !pool.Contains(first.Addr()) {
+		t.Fatalf("subnet %s is not a /24 of %s", first, pool)
 	}
 	if again, _ := generator.PickSubnet("propio-a-1", nil); again != first {
 		t.Fatalf("same project, different subnets: %s, %s", first, again)
 	}
 	// Taken by a network of the engine (even a wider one): the next is chosen.
-	wide := netip.PrefixFrom(first.Addr(), 24).Masked()
+	wide := netip.PrefixFrom(first.Addr(), 20).Masked()
 	next, err := generator.PickSubnet("propio-a-1", []netip.Prefix{wide, netip.MustParsePrefix("172.17.0.0/16")})
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +345,14 @@ func TestPickSubnet(t *testing.T) {
 	if s, err := generator.PickSubnet("propio-a-1", []netip.Prefix{pool}); err == nil {
 		t.Fatalf("full pool gave %s", s)
 	}
-	if gw := generator.GatewayAddr(netip.MustParsePrefix("198.18.0.16/28")); gw != netip.MustParseAddr("198.18.0.18") {
+	if gw := generator.GatewayAddr(netip.MustParsePrefix("198.18.7.0/24")); gw != netip.MustParseAddr("198.18.7.2") {
 		t.Fatalf("gateway address %s", gw)
+	}
+	// The engine numbers containers from the lower half; the gateway's
+	// virtual addresses are the upper half.
+	s := netip.MustParsePrefix("198.18.7.0/24")
+	if c, v := generator.ContainerRange(s), generator.VirtualRange(s); c.String() != "198.18.7.0/25" || v.String() != "198.18.7.128/25" {
+		t.Fatalf("container range %s, virtual range %s", c, v)
 	}
 }
 
@@ -356,7 +362,7 @@ func TestAllowlistOutsideNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := fixtureHost(t, p)
-	subnet := netip.MustParsePrefix("198.19.0.32/28")
+	subnet := netip.MustParsePrefix("198.19.3.0/24")
 	project, err := generator.Generate(p, h, generator.Options{Project: project, GatewayImage: "propio-sandbox/gateway:0123", Subnet: subnet, OutsideNetwork: "corp-egress"})
 	if err != nil {
 		t.Fatal(err)
@@ -366,11 +372,11 @@ func TestAllowlistOutsideNetwork(t *testing.T) {
 		t.Errorf("outside network = %+v, want the external network corp-egress", out)
 	}
 	gw := project.Services[generator.GatewayService]
-	if gw.Image != "propio-sandbox/gateway:0123" || gw.Networks[generator.SandboxNetwork].Ipv4Address != "198.19.0.34" {
+	if gw.Image != "propio-sandbox/gateway:0123" || gw.Networks[generator.SandboxNetwork].Ipv4Address != "198.19.3.2" {
 		t.Errorf("gateway image %s, address %s", gw.Image, gw.Networks[generator.SandboxNetwork].Ipv4Address)
 	}
 	agent := project.Services[generator.Service]
-	if v := agent.Environment["HTTP_PROXY"]; v == nil || *v != "http://198.19.0.34:3128" {
+	if v := agent.Environment["HTTP_PROXY"]; v == nil || *v != "http://198.19.3.2:3128" {
 		t.Errorf("agent HTTP_PROXY = %v: the profile's own value must not replace the gateway's", v)
 	}
 	if _, onSandbox := agent.Networks[generator.SandboxNetwork]; len(agent.Networks) != 1 || !onSandbox {

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package cli
+
+import "syscall"
+
+// keepNetAdmin does nothing: the gateway forwards in the kernel on Linux only.
+func keepNetAdmin(*syscall.SysProcAttr) {}
