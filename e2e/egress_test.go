@@ -239,11 +239,41 @@ mounts:
   - {source: %s, target: /certs}
 `
 
+// TestAllowlist runs the allowlist tests twice: with the gateway forwarding
+// allowed names in its kernel (the default), and relaying everything in user
+// space (as it does under a bandwidth cap, set here high enough not to
+// matter).
 func TestAllowlist(t *testing.T) {
+	t.Run("kernel", func(t *testing.T) { testAllowlist(t, true) })
+	t.Run("user-space", func(t *testing.T) { testAllowlist(t, false) })
+}
+
+func testAllowlist(t *testing.T, kernel bool) {
 	s := newSandbox(t)
 	in := newInternet(t)
-	r := startAllowlist(t, s, in, fmt.Sprintf(allowlistProfile, in.CADir))
+	prof := fmt.Sprintf(allowlistProfile, in.CADir)
+	if !kernel {
+		prof = strings.Replace(prof, "  deny:", "  bandwidth: 10gbit\n  deny:", 1)
+	}
+	r := startAllowlist(t, s, in, prof)
 	ca := "--cacert=/certs/ca.pem"
+	t.Run("forwarding", func(t *testing.T) {
+		want := "relayed in user space"
+		if kernel {
+			want = "forwarded by the kernel"
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, _ := docker("logs", gatewayContainer(t, s))
+			if strings.Contains(out, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the gateway does not say its connections are %s:\n%s", want, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 
 	allowed := []struct {
 		name string
@@ -307,8 +337,20 @@ func TestAllowlist(t *testing.T) {
 		if ok {
 			t.Errorf("denied.test resolved:\n%s", out)
 		}
-		if out, ok := r.Probe("resolve", "allowed.test"); !ok || strings.TrimSpace(out) != r.Gateway {
-			t.Errorf("allowed.test resolves to %q, want the gateway %s", out, r.Gateway)
+		out, ok = r.Probe("resolve", "allowed.test")
+		got, err := netip.ParseAddr(strings.TrimSpace(out))
+		switch {
+		case !ok || err != nil:
+			t.Errorf("allowed.test resolves to %q", out)
+		case kernel:
+			// One of the gateway's virtual addresses: the upper half of
+			// the sandbox network, which no container has.
+			virtual := netip.PrefixFrom(netip.MustParseAddr(r.Gateway), 24).Masked()
+			if !virtual.Contains(got) || got.As4()[3] < 128 {
+				t.Errorf("allowed.test resolves to %s, want a virtual address in the upper half of %s", got, virtual)
+			}
+		case got.String() != r.Gateway:
+			t.Errorf("allowed.test resolves to %s, want the gateway %s", got, r.Gateway)
 		}
 	})
 
@@ -431,18 +473,71 @@ func TestAllowlist(t *testing.T) {
 		}
 	})
 
+	if kernel {
+		t.Run("bypass/route through the gateway", func(t *testing.T) {
+			// An agent that could route through the gateway (here the test
+			// gives its network namespace a default route via the gateway,
+			// as raw packets to the gateway's MAC address would) still
+			// reaches nothing: the gateway's kernel forwards only the
+			// connections it translated itself.
+			if os.Geteuid() != 0 {
+				t.Skip("needs root on the engine's host to enter the sandbox's network namespace")
+			}
+			if _, err := exec.LookPath("nsenter"); err != nil {
+				t.Skip("needs nsenter: ", err)
+			}
+			pid, err := docker("inspect", "-f", "{{.State.Pid}}", r.Agent)
+			if err != nil || strings.TrimSpace(pid) == "0" {
+				t.Skipf("no process of the sandbox on this host (a remote engine?): %v", err)
+			}
+			ns := "--net=/proc/" + strings.TrimSpace(pid) + "/ns/net"
+			if out, err := exec.Command("nsenter", ns, "ip", "route", "replace", "default", "via", r.Gateway).CombinedOutput(); err != nil {
+				t.Skipf("cannot add the route: %v %s", err, out)
+			}
+			defer exec.Command("nsenter", ns, "ip", "route", "del", "default").Run()
+			for _, args := range [][]string{
+				{"tcp", "--timeout=3s", in.IP["alpha"] + ":22", "routed"},
+				{"fetch", "--no-proxy", "--timeout=3s", "http://" + in.IP["alpha"] + "/routed"},
+				{"udp", "--timeout=2s", in.IP["alpha"] + ":9", "routed"},
+			} {
+				if out, ok := r.Probe(args...); ok {
+					t.Errorf("%v reached the server through the gateway's routing:\n%s", args, out)
+				}
+			}
+			if logs := in.Logs("alpha"); strings.Contains(logs, "routed") {
+				t.Errorf("the server saw a routed packet:\n%s", logs)
+			}
+		})
+	}
+
 	// Every decision is in the log, on the host, while the sandbox runs.
 	t.Run("log", func(t *testing.T) {
 		all := decisions(t, s, false)
-		for _, want := range []struct {
+		transparent := []struct {
+			via, host string
+			allowed   bool
+		}{{"host", "allowed.test", true}, {"sni", "allowed.test", true}, {"tcp", "tcp.test", true}}
+		if kernel {
+			// The kernel forwards them; its connection tracking reports
+			// each once it has ended, within seconds.
+			transparent = []struct {
+				via, host string
+				allowed   bool
+			}{{"nat", "allowed.test", true}, {"nat", "sub.wild.test", true}, {"nat", "tcp.test", true}, {"nat", "tcp.test", false}}
+			deadline := time.Now().Add(15 * time.Second)
+			for !logged(all, "nat", "tcp.test", true) && time.Now().Before(deadline) {
+				time.Sleep(500 * time.Millisecond)
+				all = decisions(t, s, false)
+			}
+		}
+		for _, want := range append([]struct {
 			via, host string
 			allowed   bool
 		}{
 			{"http", "allowed.test", true}, {"connect", "allowed.test", true}, {"socks5", "allowed.test", true},
-			{"host", "allowed.test", true}, {"sni", "allowed.test", true}, {"tcp", "tcp.test", true},
 			{"dns", "allowed.test", true}, {"http", "denied.test", false}, {"dns", "denied.test", false},
 			{"http", "blocked.wild.test", false},
-		} {
+		}, transparent...) {
 			if !logged(all, want.via, want.host, want.allowed) {
 				t.Errorf("no log entry via %s for %s allowed=%v", want.via, want.host, want.allowed)
 			}
@@ -453,8 +548,8 @@ func TestAllowlist(t *testing.T) {
 			}
 		}
 		for _, e := range all {
-			if e["via"] == "connect" && e["allowed"] == true && e["bytes_down"].(float64) <= 0 {
-				t.Errorf("allowed CONNECT logged no bytes: %v", e)
+			if (e["via"] == "connect" || e["via"] == "nat") && e["allowed"] == true && e["bytes_down"].(float64) <= 0 {
+				t.Errorf("allowed %s logged no bytes: %v", e["via"], e)
 			}
 		}
 	})
