@@ -62,8 +62,18 @@ is no need to start it by hand.`,
 }
 
 func (a *app) gateway(f gatewayFlags) error {
-	if f.uid >= 0 && os.Geteuid() == 0 && f.uid != 0 {
+	if os.Geteuid() == 0 && f.uid > 0 {
 		return a.gatewayAs(f)
+	}
+	if os.Geteuid() == 0 && f.uid == 0 {
+		// The user is root: stay root, with nothing more than kernel
+		// forwarding needs.
+		if err := dropCapabilities(f.virtual != ""); err != nil {
+			// A cgo build cannot change every thread at once; its
+			// SETUID and SETGID stay, in a container without anything
+			// to run.
+			fmt.Fprintf(a.stderr, "%s gateway: note: %v\n", name, err)
+		}
 	}
 	addr, err := netip.ParseAddr(f.address)
 	if err != nil {
