@@ -1,0 +1,397 @@
+package changeset
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrRunning: the changeset's sandbox is running; it cannot be discarded
+// (without force) or applied.
+var ErrRunning = errors.New("changeset is in use by a running sandbox")
+
+type status int
+
+const (
+	statusPending  status = iota // the original is as the run found it: apply may change it
+	statusApplied                // the original already is the changeset's result
+	statusConflict               // the original changed since the run started, to something else
+)
+
+// status compares the original of ch as it is now with its base (as the
+// run started) and with the changeset's result.
+func (c *Changeset) status(ch Change) (status, error) {
+	src := c.source(ch.Mount, ch.Path)
+	cur, err := lstatEntry(src, ch.Path)
+	if err != nil {
+		return 0, err
+	}
+	var curHash string
+	hash := func() string {
+		if curHash == "" && cur.Type == TypeFile {
+			curHash, _ = hashFile(src)
+		}
+		return curHash
+	}
+	b := ch.Before
+	if !ch.BaseChanged && cur.Type == b.Type {
+		switch b.Type {
+		case TypeNone, TypeDir:
+			return statusPending, nil
+		case TypeSymlink:
+			if cur.Target == b.Target {
+				return statusPending, nil
+			}
+		case TypeFile:
+			if cur.Size == b.Size && cur.Mtime == b.Mtime && cur.Mode == b.Mode {
+				return statusPending, nil // same stat: same content, as git assumes
+			}
+			if b.SHA256 != "" && cur.Size == b.Size && hash() == b.SHA256 {
+				return statusPending, nil
+			}
+		}
+	}
+	a := ch.After
+	if cur.Type == a.Type {
+		switch a.Type {
+		case TypeNone:
+			return statusApplied, nil
+		case TypeDir:
+			if cur.Mode == a.Mode {
+				return statusApplied, nil
+			}
+		case TypeSymlink:
+			if cur.Target == a.Target {
+				return statusApplied, nil
+			}
+		case TypeFile:
+			if cur.Mode == a.Mode && cur.Size == a.Size && hash() == a.SHA256 {
+				return statusApplied, nil
+			}
+		}
+	}
+	return statusConflict, nil
+}
+
+// ApplyOptions change how Apply works.
+type ApplyOptions struct {
+	// Force applies conflicting paths too, overwriting what changed in the
+	// original since the run started.
+	Force bool
+	// Pause sleeps this long after each applied path. Test-only: the CLI
+	// sets it from PROPIO_SANDBOX_APPLY_PAUSE so that an end-to-end test
+	// can kill apply halfway; never set it otherwise.
+	Pause time.Duration
+}
+
+// Conflict is a path apply left alone.
+type Conflict struct {
+	Change
+	Display string
+	Reason  string
+}
+
+// ApplyResult says what Apply did.
+type ApplyResult struct {
+	Applied   []Change   // paths written, deleted or chmod'ed now, or found already applied
+	Conflicts []Conflict // paths left alone
+	Removed   bool       // every path of the changeset is applied: it was removed from the store
+	Remaining int        // paths of the changeset still to apply
+}
+
+// Apply makes the originals of the selected changes (cs, a subset of
+// Changes()) what the changeset holds. A path whose original changed since
+// the run started is a conflict, listed and skipped unless opts.Force; a
+// path that already equals the result counts as applied, so that an
+// interrupted apply can be run again to completion. Files are written to
+// a temporary name in the same directory, synced and renamed into place;
+// symlinks are made under a temporary name and renamed; deletions go
+// deepest first. Once every path of the changeset is applied it is
+// removed from the store; until then it is partial, and the applied paths
+// are no longer part of Changes.
+func (c *Changeset) Apply(cs []Change, opts ApplyOptions) (ApplyResult, error) {
+	var res ApplyResult
+	if c.State == StateRunning {
+		return res, fmt.Errorf("applying changeset %s: %w", c.ID, ErrRunning)
+	}
+	log, err := os.OpenFile(filepath.Join(c.dir, appliedFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return res, fmt.Errorf("applying changeset %s: %w", c.ID, err)
+	}
+	defer log.Close()
+	// Deletions first, children before their directory; then the rest,
+	// directories before what they hold.
+	var dels, puts []Change
+	for _, ch := range cs {
+		if ch.Kind == KindDeleted {
+			dels = append(dels, ch)
+		} else {
+			puts = append(puts, ch)
+		}
+	}
+	sort.SliceStable(dels, func(i, j int) bool { return dels[i].Path > dels[j].Path })
+	sort.SliceStable(puts, func(i, j int) bool { return puts[i].Path < puts[j].Path })
+	// A directory replaced by a file must lose its children first: the type
+	// changes from a directory go with the deletions, after its children.
+	order := append(dels, puts...)
+	marked := false
+	for _, ch := range order {
+		st, err := c.status(ch)
+		if err != nil {
+			return res, fmt.Errorf("applying %s: %w", c.Display(ch.Mount, ch.Path), err)
+		}
+		if st == statusConflict && !opts.Force {
+			res.Conflicts = append(res.Conflicts, Conflict{ch, c.Display(ch.Mount, ch.Path), "the original changed since the run started"})
+			continue
+		}
+		if st != statusApplied {
+			if !marked && c.State != StatePartial {
+				c.State = StatePartial
+				if err := c.save(); err != nil {
+					return res, err
+				}
+			}
+			marked = true
+			if err := c.applyOne(ch, opts.Force); err != nil {
+				var ne notEmpty
+				if errors.As(err, &ne) {
+					res.Conflicts = append(res.Conflicts, Conflict{ch, c.Display(ch.Mount, ch.Path), "the directory holds files the changeset does not delete"})
+					continue
+				}
+				return res, fmt.Errorf("applying %s: %w", c.Display(ch.Mount, ch.Path), err)
+			}
+		}
+		line, _ := json.Marshal(struct{ Mount, Path string }{ch.Mount, ch.Path})
+		if _, err := log.Write(append(line, '\n')); err != nil {
+			return res, fmt.Errorf("applying changeset %s: recording %s: %w", c.ID, ch.Path, err)
+		}
+		res.Applied = append(res.Applied, ch)
+		if opts.Pause > 0 {
+			time.Sleep(opts.Pause)
+		}
+	}
+	left, err := c.Changes()
+	if err != nil {
+		return res, err
+	}
+	res.Remaining = len(left)
+	if len(left) == 0 {
+		if err := c.remove(); err != nil {
+			return res, err
+		}
+		res.Removed = true
+		return res, nil
+	}
+	if c.State != StatePartial && len(res.Applied) > 0 {
+		c.State = StatePartial
+		if err := c.save(); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// notEmpty: a directory to delete or replace holds entries the changeset
+// does not delete.
+type notEmpty struct{ path string }
+
+func (e notEmpty) Error() string { return e.path + ": directory not empty" }
+
+// applyOne makes one original path what the changeset holds.
+func (c *Changeset) applyOne(ch Change, force bool) error {
+	dst := c.source(ch.Mount, ch.Path)
+	cur, err := lstatEntry(dst, ch.Path)
+	if err != nil {
+		return err
+	}
+	a := ch.After
+	if a.Type == TypeNone {
+		return removePath(dst, cur, force)
+	}
+	if ch.Kind == KindMode && cur.Type == a.Type {
+		if a.Type == TypeSymlink {
+			return nil
+		}
+		return os.Chmod(dst, a.Mode|modeExtra(a.Mode))
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	switch a.Type {
+	case TypeDir:
+		if cur.Type == TypeDir {
+			return os.Chmod(dst, a.Mode)
+		}
+		if cur.Type != TypeNone {
+			if err := removePath(dst, cur, force); err != nil {
+				return err
+			}
+		}
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		return os.Chmod(dst, a.Mode)
+	case TypeSymlink:
+		tmp := c.tempName(dst)
+		os.Remove(tmp)
+		if err := os.Symlink(a.Target, tmp); err != nil {
+			return err
+		}
+		return c.replace(tmp, dst, cur, force)
+	case TypeFile:
+		tmp := c.tempName(dst)
+		if err := copyFile(c.result(ch.Mount, ch.Path), tmp, a); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+		return c.replace(tmp, dst, cur, force)
+	}
+	return fmt.Errorf("cannot apply a %s", a.Type)
+}
+
+// modeExtra keeps the setuid, setgid and sticky bits through os.Chmod.
+func modeExtra(m fs.FileMode) fs.FileMode { return m & (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky) }
+
+// replace renames tmp over dst; a directory there must go first (rename
+// cannot replace a directory with a file).
+func (c *Changeset) replace(tmp, dst string, cur Entry, force bool) error {
+	if cur.Type == TypeDir {
+		if err := removePath(dst, cur, force); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// removePath deletes an original: a directory only when empty (its
+// children are deleted before it), unless force.
+func removePath(p string, cur Entry, force bool) error {
+	switch cur.Type {
+	case TypeNone:
+		return nil
+	case TypeDir:
+		err := os.Remove(p)
+		if err != nil && (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) {
+			if force {
+				return os.RemoveAll(p)
+			}
+			return notEmpty{p}
+		}
+		return err
+	}
+	err := os.Remove(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// tempName is the temporary name apply writes dst under: in the same
+// directory, hidden, named after the changeset so that a later apply or
+// discard of it finds what a killed one left.
+func (c *Changeset) tempName(dst string) string {
+	base := filepath.Base(dst)
+	suffix := ".propio-" + c.ID + ".tmp"
+	if len(base)+len(suffix)+1 > 255 {
+		h := sha256.Sum256([]byte(base))
+		base = hex.EncodeToString(h[:8])
+	}
+	return filepath.Join(filepath.Dir(dst), "."+base+suffix)
+}
+
+// copyFile writes the changeset's file src to dst (a new file), with the
+// mode of a, synced to disk, checking that the content is the one sealed.
+func copyFile(src, dst string, a Side) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		os.Remove(dst) // left by a killed apply
+		out, err = os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL, 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(out, h), in); err != nil {
+		out.Close()
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); a.SHA256 != "" && got != a.SHA256 {
+		out.Close()
+		return fmt.Errorf("the changeset's copy of the file changed since it was sealed (sha256 %s, sealed %s)", got[:12], a.SHA256[:12])
+	}
+	if err := out.Chmod(a.Mode | modeExtra(a.Mode)); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Discard removes the changeset from the store without touching any
+// original. A running changeset is refused (ErrRunning) unless force.
+func (c *Changeset) Discard(force bool) error {
+	if c.State == StateRunning && !force {
+		return fmt.Errorf("discarding changeset %s: %w", c.ID, ErrRunning)
+	}
+	return c.remove()
+}
+
+// remove deletes the store directory, and the temporary files a killed
+// apply may have left beside the originals.
+func (c *Changeset) remove() error {
+	if data, err := os.ReadFile(filepath.Join(c.dir, changesFile)); err == nil {
+		var doc changesDoc
+		if json.Unmarshal(data, &doc) == nil {
+			for _, ch := range doc.Changes {
+				if ch.After.Type == TypeFile || ch.After.Type == TypeSymlink {
+					tmp := c.tempName(c.source(ch.Mount, ch.Path))
+					if strings.HasSuffix(tmp, ".tmp") {
+						os.Remove(tmp)
+					}
+				}
+			}
+		}
+	}
+	// Overlay work directories hold a d--------- work/ of the kernel's.
+	filepath.WalkDir(c.dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if info, err := d.Info(); err == nil && info.Mode().Perm()&0o700 != 0o700 {
+				os.Chmod(p, 0o700)
+			}
+		}
+		return nil
+	})
+	if err := os.RemoveAll(c.dir); err != nil {
+		return fmt.Errorf("removing changeset %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+func lgetxattrSize(p, attr string) (int, error) {
+	return unix.Lgetxattr(p, attr, nil)
+}
