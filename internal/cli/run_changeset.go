@@ -29,6 +29,7 @@ const envChangesetMode = "PROPIO_SANDBOX_CHANGESET_MODE"
 type launchChangeset struct {
 	cs      *changeset.Changeset
 	resumed bool
+	sealed  bool // resumed, and sealed before: a copy's tree holds the last result
 	gen     *generator.Changeset
 	copies  []engine.VolumeCopy
 }
@@ -162,6 +163,13 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 			return nil, withHint(fmt.Errorf("changeset %s is an overlay, and the engine cannot mount one here: %s", cs.ID, why),
 				"resume it where it was made, with an engine on this host")
 		}
+		// A copy's tree is what the last run that finished left; a
+		// changeset never sealed has none yet, and starts from the sources.
+		_, err = os.Stat(filepath.Join(cs.Dir(), "changes.json"))
+		l.sealed = err == nil
+		if cs.State == changeset.StateRunning && cs.Mode == changeset.ModeCopy {
+			fmt.Fprintf(a.stderr, "%s: warning: the last run of changeset %s did not finish (its launcher was killed); what it did in its copy is lost, the changeset goes on from the run before\n", name, cs.ID)
+		}
 		if err := cs.Resume(); err != nil {
 			return nil, err
 		}
@@ -192,7 +200,7 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 			}
 		case changeset.ModeCopy:
 			from := m.Source
-			if l.resumed {
+			if l.sealed {
 				from = cs.TreeDir(m.Name) // what the last run left
 			}
 			l.copies = append(l.copies, engine.VolumeCopy{Volume: "changeset-" + m.Name, From: from, To: cs.TreeDir(m.Name)})
