@@ -256,6 +256,9 @@ func (l *launchChangeset) abandon() error {
 		return nil
 	}
 	if l.resumed {
+		if l.cs.Mode == changeset.ModeCopy && !l.sealed {
+			return nil // no tree to seal: it stays as the killed run left it
+		}
 		return l.cs.Seal()
 	}
 	return os.RemoveAll(l.cs.Dir())
