@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // fsOps runs file operations in order, each one argument of words:
@@ -17,6 +18,7 @@ import (
 //	mv FROM TO           rename
 //	chmod MODE PATH      set the permission bits (octal)
 //	symlink TARGET PATH  make a symbolic link
+//	sleep DURATION       wait (printing "sleeping" first)
 //
 // It prints "done N" after N operations, or fails at the first that fails.
 func fsOps(ops []string) {
@@ -55,6 +57,12 @@ func fsOps(ops []string) {
 			}
 		case "symlink":
 			err = os.Symlink(arg(1), arg(2))
+		case "sleep":
+			var d time.Duration
+			if d, err = time.ParseDuration(arg(1)); err == nil {
+				fmt.Println("sleeping")
+				time.Sleep(d)
+			}
 		default:
 			err = fmt.Errorf("unknown operation %q", words[0])
 		}
