@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 // fsOps runs file operations in order, each one argument of words:
 //
 //	write PATH TEXT      create or truncate PATH with TEXT
+//	writehex PATH HEX    create or truncate PATH with the bytes HEX says (binary content)
 //	append PATH TEXT     add TEXT to the end of PATH
 //	mkdir PATH           make a directory (0755), and its parents
 //	rm PATH              remove a file, symbolic link or empty directory
@@ -34,6 +36,11 @@ func fsOps(ops []string) {
 		switch words[0] {
 		case "write":
 			err = os.WriteFile(arg(1), []byte(arg(2)), 0o644)
+		case "writehex":
+			var b []byte
+			if b, err = hex.DecodeString(arg(2)); err == nil {
+				err = os.WriteFile(arg(1), b, 0o644)
+			}
 		case "append":
 			var f *os.File
 			if f, err = os.OpenFile(arg(1), os.O_WRONLY|os.O_APPEND, 0); err == nil {
