@@ -370,9 +370,6 @@ func writeOne(w *bufio.Writer, fd FileDiff) {
 	name := strings.TrimPrefix(fd.Display, "/")
 	a, b := "a/"+name, "b/"+name
 	fmt.Fprintf(w, "diff --git %s %s\n", a, b)
-	if fd.Conflict {
-		fmt.Fprintf(w, "# conflict: the original changed since the run started\n")
-	}
 	isDir := fd.Before.Type == TypeDir || fd.After.Type == TypeDir
 	switch fd.Kind {
 	case KindAdded:
