@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/changeset"
@@ -266,6 +268,13 @@ func (l *launchChangeset) abandon() error {
 
 // finish seals the changeset after the sandbox ran and says what comes next.
 func (l *launchChangeset) finish(w io.Writer) error {
+	if l.cs.Mode == changeset.ModeCopy {
+		for _, m := range l.cs.Mounts {
+			if err := settleRacyMtimes(l.cs.TreeDir(m.Name), m.Source, l.cs.Created); err != nil {
+				return fmt.Errorf("reading changeset %s: %w", l.cs.ID, err)
+			}
+		}
+	}
 	if err := l.cs.Seal(); err != nil {
 		return withHint(err, "the changeset is kept in "+l.cs.Dir()+"; `"+name+" discard --force "+l.cs.ID+"` removes it")
 	}
@@ -307,4 +316,57 @@ func (l *launchChangeset) volumeCopies() []engine.VolumeCopy {
 		return nil
 	}
 	return l.copies
+}
+
+// settleRacyMtimes works around the engine's archive API, which gives the
+// copied tree's mtimes to the second only: a file the agent rewrote with
+// the same size in the same second as its original's mtime would look
+// unchanged. For each file of tree whose whole-second mtime, size and mode
+// equal the original's, and whose original was written at or after since
+// (a second's margin), the contents are compared: equal, the file gets the
+// original's exact mtime; different, an mtime a nanosecond off, so that
+// Seal reads it. Older originals cannot have been rewritten in their own
+// second during the run.
+func settleRacyMtimes(tree, source string, since time.Time) error {
+	limit := since.Add(-time.Second).Unix()
+	return filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		ti, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if ti.ModTime().Nanosecond() != 0 {
+			return nil
+		}
+		rel, _ := filepath.Rel(tree, p)
+		orig := filepath.Join(source, rel)
+		si, err := os.Lstat(orig)
+		if err != nil || !si.Mode().IsRegular() || si.Size() != ti.Size() || si.Mode().Perm() != ti.Mode().Perm() ||
+			si.ModTime().Unix() != ti.ModTime().Unix() || si.ModTime().Unix() < limit {
+			return nil
+		}
+		same, err := sameContent(p, orig)
+		if err != nil {
+			return err
+		}
+		mtime := si.ModTime()
+		if !same {
+			mtime = ti.ModTime().Add(time.Nanosecond)
+		}
+		return os.Chtimes(p, mtime, mtime)
+	})
+}
+
+func sameContent(a, b string) (bool, error) {
+	x, err := os.ReadFile(a)
+	if err != nil {
+		return false, err
+	}
+	y, err := os.ReadFile(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(x, y), nil
 }

@@ -1,0 +1,538 @@
+package e2e
+
+// Changesets against the real engine: a sandbox in changeset mode leaves
+// the workspace as it was, `diff` shows what the agent did, `apply` makes it
+// so (all of it, or the paths named), conflicts are refused unless --force,
+// an apply killed halfway completes when run again, and one changeset spans
+// the workspace and mounted repositories, across resumed runs. Every test
+// runs twice: with the overlay the engine mounts, and with the copy
+// (PROPIO_SANDBOX_CHANGESET_MODE=copy).
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// seed is the workspace every changeset test starts from.
+var seed = map[string]string{
+	"modified.txt":      "line 1\nline 2\n",
+	"deleted.txt":       "to be deleted\n",
+	"old-name.txt":      "renamed, content kept\n",
+	"script.sh":         "#!/bin/sh\necho hi\n",
+	"untouched.txt":     "never changed\n",
+	"binary.bin":        "\x00\x01\x02binary\xff",
+	"olddir/a.txt":      "a\n",
+	"olddir/sub/b.txt":  "b\n",
+	"recreated/old.txt": "old content\n",
+	"keep/inner.txt":    "inner\n",
+}
+
+// agentOps is what the agent does, as probe fs operations: create, modify,
+// delete, rename, chmod, symlink, delete a directory, delete one and make it
+// again, make a new tree.
+var agentOps = []string{
+	"write new.txt created by the agent\n",
+	"append modified.txt line 3 from the agent\n",
+	"rm deleted.txt",
+	"mv old-name.txt new-name.txt",
+	"chmod 755 script.sh",
+	"symlink modified.txt link-to-modified",
+	"rmrf olddir",
+	"rmrf recreated",
+	"mkdir recreated",
+	"write recreated/fresh.txt fresh\n",
+	"mkdir newdir/sub",
+	"write newdir/sub/deep.txt deep\n",
+	"writehex binary.bin 006368616e676564ff01",
+	"chmod 600 keep/inner.txt",
+}
+
+// changedPaths are the paths the agent's operations change, as diff names them.
+var changedPaths = []string{"new.txt", "modified.txt", "deleted.txt", "old-name.txt", "new-name.txt", "script.sh",
+	"link-to-modified", "olddir/a.txt", "olddir/sub/b.txt", "recreated/old.txt", "recreated/fresh.txt", "newdir/sub/deep.txt", "binary.bin", "keep/inner.txt"}
+
+// changesetModes are the realisations every test runs with.
+var changesetModes = []string{"overlay", "copy"}
+
+// changesetSandbox is a sandbox whose changesets are realised as mode says.
+func changesetSandbox(t *testing.T, mode string) *sandbox {
+	t.Helper()
+	s := newSandbox(t)
+	s.Env = append(s.Env, "PROPIO_SANDBOX_CHANGESET_MODE="+mode)
+	writeTree(t, s.Workspace, seed)
+	return s
+}
+
+// writeTree writes files (slash paths relative to dir).
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("untouched.txt", filepath.Join(dir, "old-link")); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+}
+
+// treeState describes every entry under root but those below skip: its
+// type, permission bits, and content hash or link target.
+func treeState(t *testing.T, root string, skip ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		for _, s := range skip {
+			if rel == s {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("%v", fi.Mode())
+		switch {
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" %x", sha256.Sum256(b))
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// treeHash is one hash of a whole tree state.
+func treeHash(state map[string]string) string {
+	keys := make([]string, 0, len(state))
+	for k := range state {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s\x00%s\n", k, state[k])
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// treeDiff lists the paths whose state differs, for failure messages.
+func treeDiff(want, got map[string]string) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for k, w := range want {
+		seen[k] = true
+		if g, ok := got[k]; !ok {
+			fmt.Fprintf(&b, "  %s: missing (want %s)\n", k, w)
+		} else if g != w {
+			fmt.Fprintf(&b, "  %s: %s, want %s\n", k, g, w)
+		}
+	}
+	for k, g := range got {
+		if !seen[k] {
+			fmt.Fprintf(&b, "  %s: unexpected %s\n", k, g)
+		}
+	}
+	return b.String()
+}
+
+var changesetID = regexp.MustCompile(`changeset (\S+) (made|continued)`)
+
+// runChangeset runs the agent's operations (or ops) in changeset mode and
+// returns the changeset's id. In overlay mode, an engine that cannot mount
+// an overlay here skips the test.
+func runChangeset(t *testing.T, s *sandbox, profile string, extra []string, ops ...string) string {
+	t.Helper()
+	args := append([]string{"run", "-p", profile, "--changeset"}, extra...)
+	r := s.Run("", append(append(args, "--", "fs"), ops...)...)
+	if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
+		t.Skipf("the engine cannot mount an overlay here:\n%s", r.Stderr)
+	}
+	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("done %d", len(ops))) {
+		t.Fatalf("run in changeset mode:\n%s", r)
+	}
+	m := changesetID.FindStringSubmatch(r.Stderr)
+	if m == nil {
+		t.Fatalf("run printed no changeset id:\n%s", r)
+	}
+	for _, want := range []string{"diff " + m[1], "apply " + m[1], "discard " + m[1]} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("run does not print the next command %q:\n%s", want, r.Stderr)
+		}
+	}
+	return m[1]
+}
+
+// cli runs a propio-sandbox command and fails the test unless it exits 0.
+func cli(t *testing.T, s *sandbox, args ...string) Result {
+	t.Helper()
+	r := s.Run("", args...)
+	if r.Code != 0 {
+		t.Fatalf("%s %v:\n%s", launcher, args, r)
+	}
+	return r
+}
+
+// rwResult is the tree the agent's operations make when they run on the
+// workspace itself (mode rw), in a copy of the seed.
+func rwResult(t *testing.T, ops ...string) map[string]string {
+	t.Helper()
+	s := newSandbox(t)
+	writeTree(t, s.Workspace, seed)
+	p := s.Profile(probeOffline)
+	r := s.Run("", append([]string{"run", "-p", p, "--", "fs"}, ops...)...)
+	if r.Code != 0 {
+		t.Fatalf("the agent's operations in mode rw:\n%s", r)
+	}
+	return treeState(t, s.Workspace)
+}
+
+func TestChangesetRunLeavesWorkspaceAndDiffShowsEachChange(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			before := treeState(t, s.Workspace)
+			id := runChangeset(t, s, s.Profile(probeOffline), nil, agentOps...)
+			after := treeState(t, s.Workspace)
+			if treeHash(before) != treeHash(after) {
+				t.Fatalf("the workspace changed in changeset mode:\n%s", treeDiff(before, after))
+			}
+
+			diff := cli(t, s, "diff", id).Stdout
+			stat := cli(t, s, "diff", "--stat", id).Stdout
+			for _, p := range changedPaths {
+				if !strings.Contains(diff, p) {
+					t.Errorf("diff does not show %s:\n%s", p, diff)
+				}
+				if !strings.Contains(stat, p) {
+					t.Errorf("diff --stat does not show %s:\n%s", p, stat)
+				}
+			}
+			for _, want := range []string{"+line 3 from the agent", "-to be deleted", "+created by the agent", "old mode 100644", "new mode 100755", "modified.txt"} {
+				if !strings.Contains(diff, want) {
+					t.Errorf("diff does not show %q:\n%s", want, diff)
+				}
+			}
+			for _, p := range []string{"untouched.txt", "old-link", "keep/other"} {
+				if strings.Contains(stat, p+" ") || strings.Contains(stat, p+"\t") || strings.Contains(stat, p+"\n") {
+					t.Errorf("diff --stat shows %s, which the agent did not change:\n%s", p, stat)
+				}
+			}
+			js := cli(t, s, "diff", "--json", id).Stdout
+			var doc any
+			if err := json.Unmarshal([]byte(js), &doc); err != nil {
+				t.Fatalf("diff --json is not JSON: %v\n%s", err, js)
+			}
+			for _, p := range changedPaths {
+				if !strings.Contains(js, `"`+p+`"`) {
+					t.Errorf("diff --json does not name %s", p)
+				}
+			}
+			if out := cli(t, s, "changes").Stdout; !strings.Contains(out, id) {
+				t.Errorf("changes does not list %s:\n%s", id, out)
+			}
+			cli(t, s, "discard", id)
+			if out := cli(t, s, "changes").Stdout; strings.Contains(out, id) {
+				t.Errorf("changes lists %s after discard:\n%s", id, out)
+			}
+			if after := treeState(t, s.Workspace); treeHash(before) != treeHash(after) {
+				t.Fatalf("discard changed the workspace:\n%s", treeDiff(before, after))
+			}
+		})
+	}
+}
+
+func TestChangesetApply(t *testing.T) {
+	want := rwResult(t, agentOps...)
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			t.Run("all", func(t *testing.T) {
+				s := changesetSandbox(t, mode)
+				id := runChangeset(t, s, s.Profile(probeOffline), nil, agentOps...)
+				cli(t, s, "apply", id)
+				if got := treeState(t, s.Workspace); treeHash(got) != treeHash(want) {
+					t.Fatalf("apply did not make the agent's result (as in mode rw):\n%s", treeDiff(want, got))
+				}
+			})
+			t.Run("selected", func(t *testing.T) {
+				s := changesetSandbox(t, mode)
+				before := treeState(t, s.Workspace)
+				id := runChangeset(t, s, s.Profile(probeOffline), nil, agentOps...)
+				cli(t, s, "apply", id, "new.txt", "deleted.txt", "script.sh")
+				got := treeState(t, s.Workspace)
+				expect := map[string]string{}
+				for k, v := range before {
+					expect[k] = v
+				}
+				delete(expect, "deleted.txt")
+				expect["new.txt"] = want["new.txt"]
+				expect["script.sh"] = want["script.sh"]
+				if treeHash(got) != treeHash(expect) {
+					t.Fatalf("apply of new.txt, deleted.txt and script.sh changed something else or missed one:\n%s", treeDiff(expect, got))
+				}
+				// The rest is still there to apply.
+				cli(t, s, "apply", id)
+				if got := treeState(t, s.Workspace); treeHash(got) != treeHash(want) {
+					t.Fatalf("applying the rest did not make the agent's result:\n%s", treeDiff(want, got))
+				}
+			})
+		})
+	}
+}
+
+func TestChangesetConflict(t *testing.T) {
+	want := rwResult(t, agentOps...)
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			id := runChangeset(t, s, s.Profile(probeOffline), nil, agentOps...)
+			// The user edits an original the agent changed too, after the run.
+			mine := "the user's own edit\n"
+			edited := filepath.Join(s.Workspace, "modified.txt")
+			if err := os.WriteFile(edited, []byte(mine), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := s.Run("", "apply", id)
+			if r.Code == 0 {
+				t.Fatalf("apply over a changed original succeeded:\n%s", r)
+			}
+			if !strings.Contains(r.Stdout+r.Stderr, "modified.txt") || !strings.Contains(strings.ToLower(r.Stdout+r.Stderr), "conflict") {
+				t.Errorf("apply does not list the conflict on modified.txt:\n%s", r)
+			}
+			if b, _ := os.ReadFile(edited); string(b) != mine {
+				t.Fatalf("apply overwrote the user's edit: %q", b)
+			}
+			cli(t, s, "apply", "--force", id)
+			if got := treeState(t, s.Workspace); treeHash(got) != treeHash(want) {
+				t.Fatalf("apply --force did not make the agent's result:\n%s", treeDiff(want, got))
+			}
+		})
+	}
+}
+
+func TestChangesetApplyKilledAndRerun(t *testing.T) {
+	ops := append([]string(nil), agentOps...)
+	for i := range 30 {
+		ops = append(ops, fmt.Sprintf("write many/file-%02d.txt content %d\n", i, i))
+	}
+	want := rwResult(t, ops...)
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			id := runChangeset(t, s, s.Profile(probeOffline), nil, ops...)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := s.Command(ctx, "apply", id)
+			cmd.Env = append(cmd.Env, "PROPIO_SANDBOX_APPLY_PAUSE=300ms")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Kill it once a few files, not all, are there.
+			applied := func() int {
+				entries, _ := os.ReadDir(filepath.Join(s.Workspace, "many"))
+				return len(entries)
+			}
+			deadline := time.Now().Add(time.Minute)
+			for applied() < 3 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			n := applied()
+			if n < 3 || n >= 30 {
+				t.Fatalf("apply was killed after %d of 30 files; want some, not all", n)
+			}
+			if got := treeState(t, s.Workspace); treeHash(got) == treeHash(want) {
+				t.Fatal("the killed apply had finished")
+			}
+			cli(t, s, "apply", id)
+			if got := treeState(t, s.Workspace); treeHash(got) != treeHash(want) {
+				t.Fatalf("apply re-run after a kill did not make the agent's result:\n%s", treeDiff(want, got))
+			}
+		})
+	}
+}
+
+// gitInit makes dir a git repository with one commit of what it holds.
+func gitInit(t *testing.T, dir string) {
+	t.Helper()
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.test", "commit", "-q", "-m", "seed"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// A workspace that is no git repository, and two mounted repositories in
+// changeset mode: one changeset spans the three; run --changeset --resume
+// adds to it; apply changes all three.
+func TestChangesetAcrossMountsAndResume(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git to make the repositories")
+	}
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			if _, err := os.Stat(filepath.Join(s.Workspace, ".git")); err == nil {
+				t.Fatal("the workspace is a git repository")
+			}
+			repoA, repoB := filepath.Join(s.Home, "repo-a"), filepath.Join(s.Home, "repo-b")
+			for _, r := range []string{repoA, repoB} {
+				writeTree(t, r, map[string]string{"README": "repo\n", "src/main.go": "package main\n"})
+				gitInit(t, r)
+			}
+			beforeWS, beforeA, beforeB := treeState(t, s.Workspace), treeState(t, repoA), treeState(t, repoB)
+			p := s.Profile(probeOffline + "workspace: {mode: changeset}\nmounts:\n" +
+				"  - {source: " + repoA + ", target: /repos/a, mode: changeset}\n" +
+				"  - {source: " + repoB + ", target: /repos/b, mode: changeset}\n")
+			id := runChangeset(t, s, p, nil, "write new.txt ws\n", "append /repos/a/README from the agent\n", "rm /repos/b/src/main.go", "write /repos/b/added.txt b\n")
+			for name, c := range map[string]struct {
+				dir    string
+				before map[string]string
+			}{"workspace": {s.Workspace, beforeWS}, "repo a": {repoA, beforeA}, "repo b": {repoB, beforeB}} {
+				if got := treeState(t, c.dir); treeHash(got) != treeHash(c.before) {
+					t.Fatalf("%s changed in changeset mode:\n%s", name, treeDiff(c.before, got))
+				}
+			}
+			// Resumed, with the same mounts: the changeset grows.
+			if id2 := runChangeset(t, s, p, []string{"--resume", id}, "write /repos/a/second.txt second run\n", "rm new.txt", "write again.txt ws2\n"); id2 != id {
+				t.Fatalf("run --resume %s made changeset %s", id, id2)
+			}
+			stat := cli(t, s, "diff", "--stat", id).Stdout
+			for _, want := range []string{"again.txt", "README", "second.txt", "main.go", "added.txt"} {
+				if !strings.Contains(stat, want) {
+					t.Errorf("diff --stat of the changeset across mounts lacks %s:\n%s", want, stat)
+				}
+			}
+			if strings.Contains(stat, "new.txt") {
+				t.Errorf("diff --stat shows new.txt, which the resumed run removed again:\n%s", stat)
+			}
+			// Resuming with other mounts is refused, naming the difference.
+			other := s.Profile(probeOffline + "workspace: {mode: changeset}\nmounts:\n  - {source: " + repoA + ", target: /repos/a, mode: changeset}\n")
+			r := s.Run("", "run", "-p", other, "--changeset", "--resume", id, "--", "fs")
+			if r.Code == 0 || !strings.Contains(r.Stderr, "cannot be resumed with this profile") || !strings.Contains(r.Stderr, "mount-1") {
+				t.Errorf("resuming with other mounts:\n%s", r)
+			}
+			cli(t, s, "apply", id)
+			if b, err := os.ReadFile(filepath.Join(repoA, "README")); err != nil || string(b) != "repo\nfrom the agent\n" {
+				t.Errorf("repo a README after apply: %q, %v", b, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(repoA, "second.txt")); err != nil || string(b) != "second run\n" {
+				t.Errorf("repo a second.txt after apply: %q, %v", b, err)
+			}
+			if _, err := os.Lstat(filepath.Join(repoB, "src", "main.go")); !os.IsNotExist(err) {
+				t.Errorf("repo b src/main.go after apply: %v, want deleted", err)
+			}
+			if b, err := os.ReadFile(filepath.Join(s.Workspace, "again.txt")); err != nil || string(b) != "ws2\n" {
+				t.Errorf("workspace again.txt after apply: %q, %v", b, err)
+			}
+			if _, err := os.Lstat(filepath.Join(s.Workspace, "new.txt")); !os.IsNotExist(err) {
+				t.Errorf("workspace new.txt after apply: %v, want absent", err)
+			}
+			// The repositories' own metadata is the agent's to leave alone.
+			for _, r := range []string{repoA, repoB} {
+				cmd := exec.Command("git", "status", "--porcelain")
+				cmd.Dir = r
+				if out, err := cmd.CombinedOutput(); err != nil || len(out) == 0 {
+					t.Errorf("git status in %s after apply: %v %q, want the agent's changes", r, err, out)
+				}
+			}
+		})
+	}
+}
+
+// A launcher killed while its sandbox runs leaves the changeset running;
+// gc removes the sandbox's container and volumes; the changeset can then be
+// resumed, and discarded with --force.
+func TestChangesetKilledLauncher(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			p := s.Profile(probeOffline)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := s.Command(ctx, "run", "-p", p, "--changeset", "--", "fs", "write during.txt x\n", "sleep 60s")
+			var out strings.Builder
+			cmd.Stdout = &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(out.String(), "sleeping") && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !strings.Contains(out.String(), "sleeping") {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the sandbox did not start: %s", out.String())
+			}
+			if left := s.Leftovers(); !strings.Contains(strings.Join(left, "\n"), "volume ") {
+				t.Errorf("no changeset volume while the sandbox runs: %v", left)
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+
+			changes := cli(t, s, "changes").Stdout
+			m := regexp.MustCompile(`\d{8}-\d{6}-[0-9a-f]+`).FindString(changes)
+			if m == "" || !strings.Contains(changes, "running") {
+				t.Fatalf("changes does not show a running changeset:\n%s", changes)
+			}
+			cli(t, s, "gc")
+			if left := s.Leftovers(); len(left) > 0 {
+				t.Fatalf("gc left the killed launcher's resources: %v", left)
+			}
+			id := runChangeset(t, s, p, []string{"--resume", m}, "write after.txt y\n")
+			if id != m {
+				t.Fatalf("run --resume %s made %s", m, id)
+			}
+			stat := cli(t, s, "diff", "--stat", id).Stdout
+			if !strings.Contains(stat, "after.txt") {
+				t.Errorf("diff --stat after the resumed run lacks after.txt:\n%s", stat)
+			}
+			cli(t, s, "discard", "--force", id)
+			if out := cli(t, s, "changes").Stdout; strings.Contains(out, id) {
+				t.Errorf("changes lists %s after discard --force:\n%s", id, out)
+			}
+		})
+	}
+}
