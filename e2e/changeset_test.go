@@ -348,7 +348,7 @@ func TestChangesetConflict(t *testing.T) {
 }
 
 func TestChangesetApplyKilledAndRerun(t *testing.T) {
-	ops := append([]string(nil), agentOps...)
+	ops := append(append([]string(nil), agentOps...), "mkdir many")
 	for i := range 30 {
 		ops = append(ops, fmt.Sprintf("write many/file-%02d.txt content %d\n", i, i))
 	}
@@ -532,6 +532,65 @@ func TestChangesetKilledLauncher(t *testing.T) {
 			cli(t, s, "discard", "--force", id)
 			if out := cli(t, s, "changes").Stdout; strings.Contains(out, id) {
 				t.Errorf("changes lists %s after discard --force:\n%s", id, out)
+			}
+		})
+	}
+}
+
+// Hidden and read-only workspace paths stay so in changeset mode (they are
+// mounts on top of the changeset's): a hidden file reads empty, a read-only
+// one cannot be written, neither shows in the changeset, and apply leaves
+// both as they are.
+func TestChangesetHideAndReadonly(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			writeTree(t, s.Workspace, map[string]string{".env": "SECRET=1\n", "locked/config": "locked\n"})
+			before := treeState(t, s.Workspace)
+			p := s.Profile(probeOffline + "workspace:\n  hide: [.env]\n  readonly: [locked]\n")
+			r := s.Run("", "run", "-p", p, "--changeset", "--", "read", ".env")
+			if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
+				t.Skipf("the engine cannot mount an overlay here:\n%s", r.Stderr)
+			}
+			if r.Code != 0 || strings.Contains(r.Stdout, "SECRET") {
+				t.Fatalf("reading the hidden .env in changeset mode:\n%s", r)
+			}
+			probeFails(t, s.Run("", "run", "-p", p, "--changeset", "--", "write", "locked/config", "changed"), "read-only file system")
+			id := runChangeset(t, s, p, nil, "write new.txt n\n")
+			stat := cli(t, s, "diff", "--stat", id).Stdout
+			if !strings.Contains(stat, "new.txt") || strings.Contains(stat, ".env") || strings.Contains(stat, "locked") {
+				t.Errorf("diff --stat with hidden and read-only paths:\n%s", stat)
+			}
+			cli(t, s, "apply", id)
+			after := treeState(t, s.Workspace)
+			delete(after, "new.txt")
+			if treeHash(after) != treeHash(before) {
+				t.Fatalf("apply changed more than new.txt:\n%s", treeDiff(before, after))
+			}
+		})
+	}
+}
+
+// A sandbox that fails to start (here the engine refuses a capability)
+// leaves no changeset, container or volume.
+func TestChangesetFailedStartLeavesNothing(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			p := s.Profile(probeOffline + "security: {cap_add: [CAP_NOT_A_CAPABILITY]}\n")
+			r := s.Run("", "run", "-p", p, "--changeset", "--", "fs", "write x.txt x\n")
+			if r.Code == 0 {
+				t.Fatalf("a sandbox with an unknown capability ran:\n%s", r)
+			}
+			if strings.Contains(r.Stderr, "changeset ") && changesetID.MatchString(r.Stderr) {
+				t.Errorf("run printed a changeset for a sandbox that did not run:\n%s", r)
+			}
+			store := filepath.Join(s.Home, ".local", "state", "propio-sandbox", "changesets")
+			if entries, _ := os.ReadDir(store); len(entries) > 0 {
+				t.Errorf("changesets left in %s: %v", store, entries)
+			}
+			if left := s.Leftovers(); len(left) > 0 {
+				t.Errorf("resources left: %v", left)
 			}
 		})
 	}
