@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -143,45 +144,103 @@ func (c *Changeset) Apply(cs []Change, opts ApplyOptions) (ApplyResult, error) {
 	}
 	sort.SliceStable(dels, func(i, j int) bool { return dels[i].Path > dels[j].Path })
 	sort.SliceStable(puts, func(i, j int) bool { return puts[i].Path < puts[j].Path })
-	// A directory replaced by a file must lose its children first: the type
-	// changes from a directory go with the deletions, after its children.
-	order := append(dels, puts...)
+	// Deletions, directories and type changes go one by one in that order;
+	// then files and symlinks, which depend on nothing but their directory,
+	// are written by a few workers at once (most of their time is fsync).
+	var serial, parallel []Change
+	for _, ch := range append(dels, puts...) {
+		if ch.Kind != KindDeleted && ch.Kind != KindType && (ch.After.Type == TypeFile || ch.After.Type == TypeSymlink) {
+			parallel = append(parallel, ch)
+		} else {
+			serial = append(serial, ch)
+		}
+	}
+	var mu sync.Mutex
+	var firstErr error
 	marked := false
-	for _, ch := range order {
+	one := func(ch Change) error {
 		st, err := c.status(ch)
 		if err != nil {
-			return res, fmt.Errorf("applying %s: %w", c.Display(ch.Mount, ch.Path), err)
+			return fmt.Errorf("applying %s: %w", c.Display(ch.Mount, ch.Path), err)
 		}
 		if st == statusConflict && !opts.Force {
+			mu.Lock()
 			res.Conflicts = append(res.Conflicts, Conflict{ch, c.Display(ch.Mount, ch.Path), "the original changed since the run started"})
-			continue
+			mu.Unlock()
+			return nil
 		}
 		if st != statusApplied {
+			mu.Lock()
 			if !marked && c.State != StatePartial {
 				c.State = StatePartial
 				if err := c.save(); err != nil {
-					return res, err
+					mu.Unlock()
+					return err
 				}
 			}
 			marked = true
+			mu.Unlock()
 			if err := c.applyOne(ch, opts.Force); err != nil {
 				var ne notEmpty
 				if errors.As(err, &ne) {
+					mu.Lock()
 					res.Conflicts = append(res.Conflicts, Conflict{ch, c.Display(ch.Mount, ch.Path), "the directory holds files the changeset does not delete"})
-					continue
+					mu.Unlock()
+					return nil
 				}
-				return res, fmt.Errorf("applying %s: %w", c.Display(ch.Mount, ch.Path), err)
+				return fmt.Errorf("applying %s: %w", c.Display(ch.Mount, ch.Path), err)
 			}
 		}
 		line, _ := json.Marshal(struct{ Mount, Path string }{ch.Mount, ch.Path})
-		if _, err := log.Write(append(line, '\n')); err != nil {
-			return res, fmt.Errorf("applying changeset %s: recording %s: %w", c.ID, ch.Path, err)
-		}
+		mu.Lock()
+		_, err = log.Write(append(line, '\n'))
 		res.Applied = append(res.Applied, ch)
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("applying changeset %s: recording %s: %w", c.ID, ch.Path, err)
+		}
 		if opts.Pause > 0 {
 			time.Sleep(opts.Pause)
 		}
+		return nil
 	}
+	for _, ch := range serial {
+		if err := one(ch); err != nil {
+			return res, err
+		}
+	}
+	work := make(chan Change)
+	var wg sync.WaitGroup
+	for range min(applyWorkers, len(parallel)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ch := range work {
+				if err := one(ch); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, ch := range parallel {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed {
+			break
+		}
+		work <- ch
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return res, firstErr
+	}
+	sortApplied(res)
 	left, err := c.Changes()
 	if err != nil {
 		return res, err
@@ -201,6 +260,15 @@ func (c *Changeset) Apply(cs []Change, opts ApplyOptions) (ApplyResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// applyWorkers is how many files apply writes at once.
+const applyWorkers = 8
+
+// sortApplied puts what the workers did in path order.
+func sortApplied(res ApplyResult) {
+	sort.SliceStable(res.Applied, func(i, j int) bool { return res.Applied[i].Path < res.Applied[j].Path })
+	sort.SliceStable(res.Conflicts, func(i, j int) bool { return res.Conflicts[i].Path < res.Conflicts[j].Path })
 }
 
 // notEmpty: a directory to delete or replace holds entries the changeset
