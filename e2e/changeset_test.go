@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -481,53 +482,106 @@ func TestChangesetAcrossMountsAndResume(t *testing.T) {
 	}
 }
 
-// A launcher killed while its sandbox runs leaves the changeset running;
-// gc removes the sandbox's container and volumes; the changeset can then be
-// resumed, and discarded with --force.
+// held starts a launcher in changeset mode whose sandbox writes a file,
+// then sleeps for hold; it returns once the sandbox runs.
+func held(t *testing.T, s *sandbox, profile string, hold string, extra ...string) *exec.Cmd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	args := append([]string{"run", "-p", profile, "--changeset"}, extra...)
+	cmd := s.Command(ctx, append(args, "--", "fs", "write during.txt x\n", "sleep "+hold)...)
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), "sleeping") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "sleeping") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the sandbox did not start:\n%s\n%s", out.String(), errb.String())
+	}
+	return cmd
+}
+
+// syncBuffer is a strings.Builder safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+var idPattern = regexp.MustCompile(`\d{8}-\d{6}-[0-9a-f]+`)
+
+// A launcher killed while its sandbox runs leaves the changeset running
+// (changes shows it) and its sandbox behind. run --resume removes that
+// sandbox first (its overlay must not stay mounted) and goes on; gc removes
+// a killed launcher's sandbox, changeset volumes included; discard --force
+// removes a changeset left running. While a live launcher's sandbox writes
+// to a changeset, resuming it is refused.
 func TestChangesetKilledLauncher(t *testing.T) {
 	for _, mode := range changesetModes {
 		t.Run(mode, func(t *testing.T) {
 			s := changesetSandbox(t, mode)
 			p := s.Profile(probeOffline)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := s.Command(ctx, "run", "-p", p, "--changeset", "--", "fs", "write during.txt x\n", "sleep 60s")
-			var out strings.Builder
-			cmd.Stdout = &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(time.Minute)
-			for !strings.Contains(out.String(), "sleeping") && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if !strings.Contains(out.String(), "sleeping") {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("the sandbox did not start: %s", out.String())
-			}
+			cmd := held(t, s, p, "60s")
 			if left := s.Leftovers(); !strings.Contains(strings.Join(left, "\n"), "volume ") {
 				t.Errorf("no changeset volume while the sandbox runs: %v", left)
 			}
+			changes := cli(t, s, "changes").Stdout
+			id := idPattern.FindString(changes)
+			if id == "" || !strings.Contains(changes, "running") {
+				t.Fatalf("changes does not show the running changeset:\n%s", changes)
+			}
+			r := s.Run("", "run", "-p", p, "--changeset", "--resume", id, "--", "fs")
+			if r.Code == 0 || !strings.Contains(r.Stderr, "in use") {
+				t.Errorf("resuming a changeset a live launcher's sandbox writes to:\n%s", r)
+			}
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
+			if len(s.Leftovers()) == 0 {
+				t.Fatal("the killed launcher's sandbox is gone already; the test proves nothing")
+			}
 
-			changes := cli(t, s, "changes").Stdout
-			m := regexp.MustCompile(`\d{8}-\d{6}-[0-9a-f]+`).FindString(changes)
-			if m == "" || !strings.Contains(changes, "running") {
-				t.Fatalf("changes does not show a running changeset:\n%s", changes)
+			// Resumed at once: the killed launcher's sandbox goes first.
+			if got := runChangeset(t, s, p, []string{"--resume", id}, "write after.txt y\n"); got != id {
+				t.Fatalf("run --resume %s made %s", id, got)
 			}
-			cli(t, s, "gc")
 			if left := s.Leftovers(); len(left) > 0 {
-				t.Fatalf("gc left the killed launcher's resources: %v", left)
-			}
-			id := runChangeset(t, s, p, []string{"--resume", m}, "write after.txt y\n")
-			if id != m {
-				t.Fatalf("run --resume %s made %s", m, id)
+				t.Fatalf("resuming left the killed launcher's sandbox: %v", left)
 			}
 			stat := cli(t, s, "diff", "--stat", id).Stdout
 			if !strings.Contains(stat, "after.txt") {
 				t.Errorf("diff --stat after the resumed run lacks after.txt:\n%s", stat)
+			}
+			if mode == "overlay" && !strings.Contains(stat, "during.txt") {
+				t.Errorf("an overlay keeps what the killed run wrote; diff --stat lacks during.txt:\n%s", stat)
+			}
+
+			// Killed again, then gc.
+			cmd = held(t, s, p, "60s", "--resume", id)
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			cli(t, s, "gc")
+			if left := s.Leftovers(); len(left) > 0 {
+				t.Fatalf("gc left the killed launcher's resources: %v", left)
+			}
+			if changes := cli(t, s, "changes").Stdout; !strings.Contains(changes, "running") {
+				t.Errorf("changes does not show the changeset left running:\n%s", changes)
 			}
 			cli(t, s, "discard", "--force", id)
 			if out := cli(t, s, "changes").Stdout; strings.Contains(out, id) {

@@ -172,6 +172,13 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 		if cs.State == changeset.StateRunning && cs.Mode == changeset.ModeCopy {
 			fmt.Fprintf(a.stderr, "%s: warning: the last run of changeset %s did not finish (its launcher was killed); what it did in its copy is lost, the changeset goes on from the run before\n", name, cs.ID)
 		}
+		err = eng.ReleaseChangeset(ctx, cs.ID)
+		if errors.Is(err, engine.ErrChangesetInUse) {
+			return nil, withHint(err, "wait for that sandbox to end, or stop it (`"+name+" ls` lists the sandboxes)")
+		}
+		if err != nil {
+			return nil, err
+		}
 		if err := cs.Resume(); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/generator"
 	"golang.org/x/sys/unix"
 )
 
@@ -363,3 +365,34 @@ func parentOf(rel string) string {
 }
 
 var geteuid = os.Geteuid
+
+// ErrChangesetInUse: a running sandbox of a live launcher writes to the
+// changeset.
+var ErrChangesetInUse = errors.New("the changeset is in use")
+
+// ReleaseChangeset makes sure that no sandbox writes to changeset id before
+// another run resumes it: the sandboxes of launchers that are gone (killed,
+// so their container may still run, its overlay still mounted) are removed
+// now; one of a live launcher is ErrChangesetInUse.
+func (e *Engine) ReleaseChangeset(ctx context.Context, id string) error {
+	vols, err := e.cli.Client().VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", generator.LabelChangeset+"="+id)})
+	if err != nil {
+		return fmt.Errorf("listing volumes: %w", err)
+	}
+	done := map[string]bool{}
+	for _, v := range vols.Items {
+		project := v.Labels[LabelProject]
+		if project == "" || done[project] {
+			continue
+		}
+		done[project] = true
+		pid, _ := strconv.Atoi(v.Labels[LabelPID])
+		if launcherAlive(pid, v.Labels[LabelHost]) {
+			return fmt.Errorf("sandbox %s (launcher pid %d on %s) writes to changeset %s: %w", project, pid, v.Labels[LabelHost], id, ErrChangesetInUse)
+		}
+		if err := e.Remove(ctx, project); err != nil {
+			return fmt.Errorf("removing sandbox %s of a launcher that is gone: %w", project, err)
+		}
+	}
+	return nil
+}
