@@ -565,3 +565,98 @@ func TestManifestRoundTrip(t *testing.T) {
 		t.Errorf("under dir: %d", got)
 	}
 }
+
+func TestTwoMounts(t *testing.T) {
+	ws, repo := t.TempDir(), t.TempDir()
+	write(t, ws, "a.txt", "a\n", 0o644)
+	write(t, repo, "x/y.txt", "y\n", 0o644)
+	c, err := newStore(t).Create(ws, "p", ModeOverlay, []Mount{
+		{Name: WorkspaceMount, Source: ws, Target: "/workspace"},
+		{Name: "mount-0", Source: repo, Target: "/repo2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, c.UpperDir(WorkspaceMount), "a.txt", "A\n", 0o644)
+	write(t, c.UpperDir("mount-0"), "x/y.txt", "Y\n", 0o644)
+	write(t, c.UpperDir("mount-0"), "x/new.txt", "new\n", 0o644)
+	if err := c.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := c.Changes()
+	if len(cs) != 3 || cs[0].Mount != WorkspaceMount || cs[1].Mount != "mount-0" {
+		t.Fatalf("changes: %+v", cs)
+	}
+	for arg, want := range map[string]Ref{
+		"/repo2/x":                 {"mount-0", "x"},
+		"mount-0:x/y.txt":          {"mount-0", "x/y.txt"},
+		repo + "/x/new.txt":        {"mount-0", "x/new.txt"},
+		"/workspace/a.txt":         {WorkspaceMount, "a.txt"},
+		"workspace:":               {WorkspaceMount, ""},
+		"a.txt":                    {WorkspaceMount, "a.txt"},
+		"x/y.txt":                  {"mount-0", "x/y.txt"}, // relative to a cwd in repo
+		filepath.Join(ws, "a.txt"): {WorkspaceMount, "a.txt"},
+	} {
+		cwd := "/nowhere"
+		if arg == "x/y.txt" {
+			cwd = repo
+		}
+		got, err := c.Resolve(arg, cwd)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%q) = %v, %v; want %v", arg, got, err, want)
+		}
+	}
+	if _, err := c.Resolve("/etc/passwd", "/"); err == nil {
+		t.Error("a path outside every mount resolved")
+	}
+	if _, err := c.Resolve("../x", "/nowhere"); err == nil {
+		t.Error("../x resolved")
+	}
+	fds, err := c.Diff(Select(cs, []Ref{{"mount-0", "x"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	WriteUnified(&buf, fds)
+	if !strings.Contains(buf.String(), "diff --git a/repo2/x/y.txt b/repo2/x/y.txt\n") || strings.Contains(buf.String(), "a.txt") {
+		t.Errorf("diff of mount-0:\n%s", buf.String())
+	}
+	if fds[0].Display != "/repo2/x/new.txt" {
+		t.Errorf("display %q", fds[0].Display)
+	}
+	res, err := c.Apply(cs, ApplyOptions{})
+	if err != nil || !res.Removed {
+		t.Fatalf("apply: %v %+v", err, res)
+	}
+	if data, _ := os.ReadFile(filepath.Join(repo, "x/y.txt")); string(data) != "Y\n" {
+		t.Errorf("repo not applied: %q", data)
+	}
+}
+
+// TestDeletedDirGainedFiles: a directory the changeset deletes, where the
+// user has added a file since, is not deleted (the file would be lost).
+func TestDeletedDirGainedFiles(t *testing.T) {
+	c, src := sealed(t)
+	if err := c.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, src, "dir/sub/users-new-file", "mine\n", 0o644)
+	cs, _ := c.Changes()
+	res, err := c.Apply(cs, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, cf := range res.Conflicts {
+		got = append(got, cf.Path+": "+cf.Reason)
+	}
+	if want := "dir: the directory holds files the changeset does not delete\ndir/sub: the directory holds files the changeset does not delete"; strings.Join(got, "\n") != want {
+		t.Errorf("conflicts:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	if _, err := os.Stat(filepath.Join(src, "dir/sub/users-new-file")); err != nil {
+		t.Errorf("the user's file is gone: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(src, "dir/a")); err == nil {
+		t.Errorf("dir/a was not deleted")
+	}
+}
