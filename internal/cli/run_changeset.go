@@ -124,23 +124,9 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 	for _, m := range mounts {
 		paths = append(paths, m.Source)
 	}
-	for _, pth := range paths {
-		if strings.ContainsAny(pth, ",:") {
-			capable, why = false, fmt.Sprintf("%s has a comma or colon, which overlay options cannot hold", pth)
-		}
-	}
-
-	var mode changeset.Mode
-	switch {
-	case want == generator.ChangesetCopy:
-		mode = changeset.ModeCopy
-	case want == generator.ChangesetOverlay && !capable:
-		return nil, withHint(fmt.Errorf("%s=overlay, but the engine cannot mount an overlay here: %s", envChangesetMode, why),
-			"unset "+envChangesetMode+" (or set it to copy) to copy the directories into the sandbox instead")
-	case capable:
-		mode = changeset.ModeOverlay
-	default:
-		mode = changeset.ModeCopy
+	mode, why, err := chooseMode(want, capable, why, paths)
+	if err != nil {
+		return nil, err
 	}
 
 	l := &launchChangeset{}
@@ -217,6 +203,27 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 		l.gen.Mounts = append(l.gen.Mounts, m)
 	}
 	return l, nil
+}
+
+// chooseMode picks a new changeset's realisation: what want (overlay, copy
+// or auto) asks, an overlay when auto and the engine can mount one of these
+// paths, else a copy. It returns why an overlay cannot be, if it cannot.
+func chooseMode(want string, capable bool, why string, paths []string) (changeset.Mode, string, error) {
+	for _, p := range paths {
+		if capable && strings.ContainsAny(p, ",:") {
+			capable, why = false, fmt.Sprintf("%s has a comma or colon, which overlay options cannot hold", p)
+		}
+	}
+	switch {
+	case want == generator.ChangesetCopy:
+		return changeset.ModeCopy, why, nil
+	case want == generator.ChangesetOverlay && !capable:
+		return "", why, withHint(fmt.Errorf("%s=overlay, but the engine cannot mount an overlay here: %s", envChangesetMode, why),
+			"unset "+envChangesetMode+" (or set it to copy) to copy the directories into the sandbox instead")
+	case capable:
+		return changeset.ModeOverlay, "", nil
+	}
+	return changeset.ModeCopy, why, nil
 }
 
 // sameMounts tells why a changeset's mounts differ from the profile's, if
