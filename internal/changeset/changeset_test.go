@@ -289,7 +289,9 @@ func checkDiffOutput(t *testing.T, c *Changeset, cs []Change) {
 		"diff --git a/linkchg b/linkchg\n--- a/linkchg\n+++ b/linkchg\n@@ -1 +1 @@\n-keep.txt\n\\ No newline at end of file\n+mod.txt\n\\ No newline at end of file\n",
 		"diff --git a/newlink b/newlink\nnew file mode 120000\n",
 		"Binary files a/bin.dat and b/bin.dat differ (3 -> 4 bytes)\n",
-		"diff --git a/d2f b/d2f\ndeleted directory mode 040755\ndiff --git a/d2f b/d2f\nnew file mode 100644\n",
+		"directory d2f: deleted\ndiff --git a/d2f b/d2f\nnew file mode 100644\n",
+		"directory new/deep: added, mode 0755\n",
+		"directory dir/sub: deleted\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the diff lacks\n%s\n--- diff:\n%s", want, out)
@@ -658,5 +660,60 @@ func TestDeletedDirGainedFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(src, "dir/a")); err == nil {
 		t.Errorf("dir/a was not deleted")
+	}
+}
+
+// TestUnifiedGitApply: git apply turns a copy of the original into the
+// result with the workspace's unified diff (text files, modes, symlinks,
+// new directories with files).
+func TestUnifiedGitApply(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	src := t.TempDir()
+	write(t, src, "mod.txt", "1\n2\n3\n4\n5\n6\n7\n8\n9\n", 0o644)
+	write(t, src, "del.txt", "bye\n", 0o644)
+	write(t, src, "run.sh", "echo\n", 0o644)
+	write(t, src, "old/x", "x\n", 0o644)
+	symlink(t, src, "link", "mod.txt")
+	c, err := newStore(t).Create(src, "p", ModeCopy, []Mount{{Name: WorkspaceMount, Source: src, Target: "/workspace"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := c.TreeDir(WorkspaceMount)
+	os.Remove(tree)
+	if out, err := exec.Command("cp", "-a", src, tree).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	write(t, tree, "mod.txt", "1\n2\nthree\n4\n5\n6\n7\n8\n9\nten\n", 0o644)
+	os.Remove(filepath.Join(tree, "del.txt"))
+	os.Chmod(filepath.Join(tree, "run.sh"), 0o755)
+	os.RemoveAll(filepath.Join(tree, "old"))
+	write(t, tree, "new/dir/f.txt", "new\n", 0o644)
+	os.Remove(filepath.Join(tree, "link"))
+	symlink(t, tree, "link", "run.sh")
+	symlink(t, tree, "newlink", "new/dir")
+	if err := c.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := c.Changes()
+	fds, err := c.Diff(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patch bytes.Buffer
+	WriteUnified(&patch, fds)
+	copyDir := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", "-a", src, copyDir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	cmd := exec.Command("git", "apply", "-")
+	cmd.Dir, cmd.Stdin = copyDir, &patch
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git apply: %v: %s\n%s", err, out, patch.String())
+	}
+	os.Remove(filepath.Join(copyDir, "old")) // git leaves empty directories
+	if d := diffSnapshots(snapshot(t, tree), snapshot(t, copyDir)); d != "" {
+		t.Errorf("git apply of the diff differs from the result:\n%s", d)
 	}
 }

@@ -343,8 +343,9 @@ func unixMode(s Side) string {
 // WriteUnified writes the diffs as git-style unified diffs with three lines
 // of context. Workspace paths appear as a/PATH and b/PATH; paths of other
 // mounts as a/TARGET/PATH. A type change is written as the deletion of the
-// old entry then the creation of the new one, as git does; directories
-// appear only by their extended header lines.
+// old entry then the creation of the new one, as git does. Directories,
+// which git does not know, appear as lines of text between the file
+// patches ("directory PATH: added, mode 0755"), which git apply skips.
 func WriteUnified(w io.Writer, fds []FileDiff) error {
 	bw := bufio.NewWriter(w)
 	for _, fd := range fds {
@@ -369,29 +370,33 @@ func WriteUnified(w io.Writer, fds []FileDiff) error {
 func writeOne(w *bufio.Writer, fd FileDiff) {
 	name := strings.TrimPrefix(fd.Display, "/")
 	a, b := "a/"+name, "b/"+name
+	if fd.Before.Type == TypeDir || fd.After.Type == TypeDir {
+		// git has no directories: a line of text between the file patches,
+		// which git apply and patch pass over.
+		switch fd.Kind {
+		case KindAdded:
+			fmt.Fprintf(w, "directory %s: added, mode %s\n", fd.Display, unixMode(fd.After))
+		case KindDeleted:
+			fmt.Fprintf(w, "directory %s: deleted\n", fd.Display)
+		default:
+			fmt.Fprintf(w, "directory %s: mode %s -> %s\n", fd.Display, unixMode(fd.Before), unixMode(fd.After))
+		}
+		return
+	}
 	fmt.Fprintf(w, "diff --git %s %s\n", a, b)
-	isDir := fd.Before.Type == TypeDir || fd.After.Type == TypeDir
 	switch fd.Kind {
 	case KindAdded:
-		if isDir {
-			fmt.Fprintf(w, "new directory mode %s\n", gitMode(fd.After))
-			return
-		}
 		fmt.Fprintf(w, "new file mode %s\n", gitMode(fd.After))
 	case KindDeleted:
-		if isDir {
-			fmt.Fprintf(w, "deleted directory mode %s\n", gitMode(fd.Before))
-			return
-		}
 		fmt.Fprintf(w, "deleted file mode %s\n", gitMode(fd.Before))
 	default:
-		if gm, ga := gitMode(fd.Before), gitMode(fd.After); gm != ga || unixMode(fd.Before) != unixMode(fd.After) && !isDir {
+		if gm, ga := gitMode(fd.Before), gitMode(fd.After); gm != ga || unixMode(fd.Before) != unixMode(fd.After) {
 			if gm == ga { // setuid and the like: git cannot say it, chmod can
 				gm, ga = unixMode(fd.Before), unixMode(fd.After)
 			}
 			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", gm, ga)
 		}
-		if fd.Kind == KindMode || isDir {
+		if fd.Kind == KindMode {
 			return
 		}
 	}
