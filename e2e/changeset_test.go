@@ -97,6 +97,18 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 // type, permission bits, and content hash or link target.
 func treeState(t *testing.T, root string, skip ...string) map[string]string {
 	t.Helper()
+	return describeTree(t, root, false, skip...)
+}
+
+// exactState is treeState with each entry's owner and modification time (to
+// the nanosecond) too: what proves that nothing touched a tree.
+func exactState(t *testing.T, root string) map[string]string {
+	t.Helper()
+	return describeTree(t, root, true)
+}
+
+func describeTree(t *testing.T, root string, exact bool, skip ...string) map[string]string {
+	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -117,6 +129,10 @@ func treeState(t *testing.T, root string, skip ...string) map[string]string {
 			return err
 		}
 		desc := fmt.Sprintf("%v", fi.Mode())
+		if exact {
+			st := fi.Sys().(*syscall.Stat_t)
+			desc += fmt.Sprintf(" %d:%d %d", st.Uid, st.Gid, fi.ModTime().UnixNano())
+		}
 		switch {
 		case fi.Mode().IsRegular():
 			b, err := os.ReadFile(p)
@@ -229,9 +245,9 @@ func TestChangesetRunLeavesWorkspaceAndDiffShowsEachChange(t *testing.T) {
 	for _, mode := range changesetModes {
 		t.Run(mode, func(t *testing.T) {
 			s := changesetSandbox(t, mode)
-			before := treeState(t, s.Workspace)
+			before := exactState(t, s.Workspace)
 			id := runChangeset(t, s, s.Profile(probeOffline), nil, agentOps...)
-			after := treeState(t, s.Workspace)
+			after := exactState(t, s.Workspace)
 			if treeHash(before) != treeHash(after) {
 				t.Fatalf("the workspace changed in changeset mode:\n%s", treeDiff(before, after))
 			}
@@ -273,7 +289,7 @@ func TestChangesetRunLeavesWorkspaceAndDiffShowsEachChange(t *testing.T) {
 			if out := cli(t, s, "changes").Stdout; strings.Contains(out, id) {
 				t.Errorf("changes lists %s after discard:\n%s", id, out)
 			}
-			if after := treeState(t, s.Workspace); treeHash(before) != treeHash(after) {
+			if after := exactState(t, s.Workspace); treeHash(before) != treeHash(after) {
 				t.Fatalf("discard changed the workspace:\n%s", treeDiff(before, after))
 			}
 		})
@@ -422,7 +438,7 @@ func TestChangesetAcrossMountsAndResume(t *testing.T) {
 				writeTree(t, r, map[string]string{"README": "repo\n", "src/main.go": "package main\n"})
 				gitInit(t, r)
 			}
-			beforeWS, beforeA, beforeB := treeState(t, s.Workspace), treeState(t, repoA), treeState(t, repoB)
+			beforeWS, beforeA, beforeB := exactState(t, s.Workspace), exactState(t, repoA), exactState(t, repoB)
 			p := s.Profile(probeOffline + "workspace: {mode: changeset}\nmounts:\n" +
 				"  - {source: " + repoA + ", target: /repos/a, mode: changeset}\n" +
 				"  - {source: " + repoB + ", target: /repos/b, mode: changeset}\n")
@@ -431,7 +447,7 @@ func TestChangesetAcrossMountsAndResume(t *testing.T) {
 				dir    string
 				before map[string]string
 			}{"workspace": {s.Workspace, beforeWS}, "repo a": {repoA, beforeA}, "repo b": {repoB, beforeB}} {
-				if got := treeState(t, c.dir); treeHash(got) != treeHash(c.before) {
+				if got := exactState(t, c.dir); treeHash(got) != treeHash(c.before) {
 					t.Fatalf("%s changed in changeset mode:\n%s", name, treeDiff(c.before, got))
 				}
 			}
