@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -661,6 +662,36 @@ func TestChangesetFailedStartLeavesNothing(t *testing.T) {
 			}
 			if left := s.Leftovers(); len(left) > 0 {
 				t.Errorf("resources left: %v", left)
+			}
+		})
+	}
+}
+
+// Ctrl+C while the sandbox runs stops it, and what it wrote until then is
+// kept in the changeset, sealed for review like any other.
+func TestChangesetInterrupted(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			p := s.Profile(probeOffline)
+			before := exactState(t, s.Workspace)
+			cmd := held(t, s, p, "60s")
+			cmd.Process.Signal(syscall.SIGINT)
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+				t.Fatalf("an interrupted sandbox: %v", err)
+			}
+			changes := cli(t, s, "changes").Stdout
+			id := idPattern.FindString(changes)
+			if id == "" || strings.Contains(changes, "running") {
+				t.Fatalf("changes after an interrupted run, want it sealed:\n%s", changes)
+			}
+			if stat := cli(t, s, "diff", "--stat", id).Stdout; !strings.Contains(stat, "during.txt") {
+				t.Errorf("diff --stat after an interrupted run lacks during.txt:\n%s", stat)
+			}
+			if after := exactState(t, s.Workspace); treeHash(after) != treeHash(before) {
+				t.Fatalf("the workspace changed:\n%s", treeDiff(before, after))
 			}
 		})
 	}

@@ -222,7 +222,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			o.Project = generator.ProjectName(e.workspace, runID())
 		}
 		if ran && cs != nil {
-			if serr := cs.finish(a.stderr); serr != nil {
+			if serr := cs.finish(a.stderr, errors.Is(err, engine.ErrCopyOut)); serr != nil {
 				err = errors.Join(err, serr)
 			}
 		}

@@ -281,7 +281,19 @@ func (l *launchChangeset) abandon() error {
 }
 
 // finish seals the changeset after the sandbox ran and says what comes next.
-func (l *launchChangeset) finish(w io.Writer) error {
+// When what the sandbox wrote could not be copied back (copyFailed), it is
+// lost: a new changeset is removed, a resumed one stays as it was.
+func (l *launchChangeset) finish(w io.Writer, copyFailed bool) error {
+	if copyFailed {
+		if err := l.abandon(); err != nil {
+			return err
+		}
+		what := "removed"
+		if l.resumed {
+			what = "left as it was before this run"
+		}
+		return fmt.Errorf("what the sandbox wrote is lost; changeset %s is %s", l.cs.ID, what)
+	}
 	if l.cs.Mode == changeset.ModeCopy {
 		for _, m := range l.cs.Mounts {
 			if err := settleRacyMtimes(l.cs.TreeDir(m.Name), m.Source, l.cs.Created); err != nil {

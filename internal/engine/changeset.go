@@ -101,6 +101,10 @@ func (e *Engine) createVolumes(ctx context.Context, project *types.Project) erro
 	return nil
 }
 
+// ErrCopyOut: what the sandbox wrote in a copied volume could not be
+// copied back to the host (and is gone with the volume).
+var ErrCopyOut = errors.New("copying the sandbox's volume back failed")
+
 // copyMount is where a helper container sees the volume it copies.
 const copyMount = "/propio-changeset"
 

@@ -185,7 +185,7 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		var cerrs []error
 		for _, c := range o.Copies {
 			if cerr := e.copyOut(cctx, svc.Image, svc.Labels, project.Volumes[c.Volume].Name, c.To); cerr != nil {
-				cerrs = append(cerrs, cerr)
+				cerrs = append(cerrs, fmt.Errorf("%w: %w", ErrCopyOut, cerr))
 			}
 		}
 		if len(cerrs) > 0 {
