@@ -696,3 +696,19 @@ func TestChangesetInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// The default profile's network mode, allowlist, runs a gateway next to
+// the sandbox: changeset mode works there too, and leaves nothing.
+func TestChangesetAllowlist(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
+			id := runChangeset(t, s, p, nil, "write new.txt n\n", "rm deleted.txt")
+			stat := cli(t, s, "diff", "--stat", id).Stdout
+			if !strings.Contains(stat, "new.txt") || !strings.Contains(stat, "deleted.txt") {
+				t.Errorf("diff --stat:\n%s", stat)
+			}
+		})
+	}
+}
