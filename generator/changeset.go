@@ -36,6 +36,10 @@ type Changeset struct {
 	ID     string
 	Mode   string // ChangesetOverlay or ChangesetCopy
 	Mounts []ChangesetMount
+	// UserXattr mounts overlays with the userxattr option: their marks
+	// (opaque directories) are then user.overlay.* attributes, which a
+	// launcher that is not root can read.
+	UserXattr bool
 }
 
 // ChangesetMount is one directory of a changeset.
@@ -104,11 +108,11 @@ func changesetMount(project *types.Project, h Host, name, target string) (types.
 				return types.ServiceVolumeConfig{}, false, fmt.Errorf("changeset %s: the %s %w", name, d.what, err)
 			}
 		}
-		vol.DriverOpts = map[string]string{
-			"type":   "overlay",
-			"device": "overlay",
-			"o":      "lowerdir=" + m.Source + ",upperdir=" + m.UpperDir + ",workdir=" + m.WorkDir,
+		o := "lowerdir=" + m.Source + ",upperdir=" + m.UpperDir + ",workdir=" + m.WorkDir
+		if cs.UserXattr {
+			o += ",userxattr"
 		}
+		vol.DriverOpts = map[string]string{"type": "overlay", "device": "overlay", "o": o}
 	case ChangesetCopy:
 	default:
 		return types.ServiceVolumeConfig{}, false, fmt.Errorf("changeset %s: mode %q is neither overlay nor copy", name, cs.Mode)

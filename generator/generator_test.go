@@ -72,7 +72,7 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 	// A launch in changeset mode has a changeset (its description says how
 	// the test case realises it).
 	if p.Changeset() && !strings.Contains(p.Description, "none") {
-		cs := &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetOverlay}
+		cs := &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetOverlay, UserXattr: true}
 		if strings.Contains(p.Description, "copy") {
 			cs.Mode = generator.ChangesetCopy
 		}

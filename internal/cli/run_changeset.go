@@ -115,10 +115,11 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 	if err != nil {
 		return nil, err
 	}
-	capable, why, err := eng.OverlayCapable(ctx)
+	ov, err := eng.OverlayCapable(ctx)
 	if err != nil {
 		return nil, err
 	}
+	capable, why := ov.OK, ov.Why
 	// Every path an overlay's options would hold.
 	paths := []string{store.Dir}
 	for _, m := range mounts {
@@ -182,7 +183,7 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 	}
 
 	cs := l.cs
-	l.gen = &generator.Changeset{ID: cs.ID, Mode: string(cs.Mode)}
+	l.gen = &generator.Changeset{ID: cs.ID, Mode: string(cs.Mode), UserXattr: ov.UserXattr}
 	for _, m := range mounts {
 		switch cs.Mode {
 		case changeset.ModeOverlay:

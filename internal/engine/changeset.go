@@ -35,38 +35,64 @@ type VolumeCopy struct {
 	To     string // the host directory the volume's final content replaces, after the run
 }
 
-// OverlayCapable reports whether the engine can mount an overlay of a
-// directory of this host for a sandbox (a local volume of type overlay):
-// it must run on this Linux host (a unix socket, the same host name, not
-// Docker Desktop's VM) and as root (not rootless Docker or Podman). Else
-// why not, for the copy realisation's reason.
-func (e *Engine) OverlayCapable(ctx context.Context) (bool, string, error) {
+// Overlay says whether the engine can mount an overlay of a directory of
+// this host for a sandbox, and how.
+type Overlay struct {
+	OK  bool
+	Why string // why not, when not
+	// UserXattr: mount it with the userxattr option (Linux 5.11 and newer),
+	// so that its marks (opaque directories) are user.overlay.* attributes,
+	// which a launcher that is not root can read; trusted.* ones it cannot.
+	UserXattr bool
+}
+
+// OverlayCapable tells whether the engine can mount an overlay of a
+// directory of this host (a local volume of type overlay): it must run on
+// this Linux host (a unix socket, the same host name, not Docker Desktop's
+// VM) and as root (not rootless Docker or Podman); and, for a launcher that
+// is not root, on Linux 5.11 or newer (userxattr).
+func (e *Engine) OverlayCapable(ctx context.Context) (Overlay, error) {
+	no := func(why string) (Overlay, error) { return Overlay{Why: why}, nil }
 	if runtime.GOOS != "linux" {
-		return false, "the engine runs in a VM, not on this " + runtime.GOOS + " host", nil
+		return no("the engine runs in a VM, not on this " + runtime.GOOS + " host")
 	}
 	if !strings.HasPrefix(e.Host, "unix://") {
-		return false, "the engine at " + e.Host + " is not on this host", nil
+		return no("the engine at " + e.Host + " is not on this host")
 	}
 	if e.Kind == Podman && e.Rootless {
-		return false, "a rootless Podman cannot mount an overlay of a host directory", nil
+		return no("a rootless Podman cannot mount an overlay of a host directory")
 	}
 	res, err := e.cli.Client().Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return false, "", fmt.Errorf("reading the engine's info: %w", err)
+		return Overlay{}, fmt.Errorf("reading the engine's info: %w", err)
 	}
 	info := res.Info
 	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
-		return false, "Docker Desktop runs its engine in a VM", nil
+		return no("Docker Desktop runs its engine in a VM")
 	}
 	for _, o := range info.SecurityOptions {
 		if strings.Contains(o, "rootless") {
-			return false, "a rootless engine cannot mount an overlay of a host directory", nil
+			return no("a rootless engine cannot mount an overlay of a host directory")
 		}
 	}
 	if host, _ := os.Hostname(); info.Name != "" && host != "" && info.Name != host {
-		return false, fmt.Sprintf("the engine runs on host %s, not on this one (%s)", info.Name, host), nil
+		return no(fmt.Sprintf("the engine runs on host %s, not on this one (%s)", info.Name, host))
 	}
-	return true, "", nil
+	userXattr := kernelAtLeast(info.KernelVersion, 5, 11)
+	if !userXattr && geteuid() != 0 {
+		return no(fmt.Sprintf("Linux %s has no overlay option userxattr, without which the overlay's marks are readable by root only", info.KernelVersion))
+	}
+	return Overlay{OK: true, UserXattr: userXattr}, nil
+}
+
+// kernelAtLeast compares a kernel release such as 6.1.0-18-amd64 with
+// major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	var a, b int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &a, &b); n < 2 {
+		return false
+	}
+	return a > major || a == major && b >= minor
 }
 
 // createVolumes creates the project's own volumes, labelled with the

@@ -156,3 +156,12 @@ func TestExtractTarStaysInside(t *testing.T) {
 		})
 	}
 }
+
+func TestKernelAtLeast(t *testing.T) {
+	t.Parallel()
+	for release, want := range map[string]bool{"6.18.44-fc-v657": true, "5.11.0": true, "5.10.0-21-amd64": false, "4.19.0": false, "6.1": true, "weird": false} {
+		if got := kernelAtLeast(release, 5, 11); got != want {
+			t.Errorf("kernelAtLeast(%q, 5, 11) = %v, want %v", release, got, want)
+		}
+	}
+}
