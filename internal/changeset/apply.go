@@ -78,7 +78,7 @@ func (c *Changeset) status(ch Change) (status, error) {
 				return statusApplied, nil
 			}
 		case TypeFile:
-			if cur.Mode == a.Mode && cur.Size == a.Size && hash() == a.SHA256 {
+			if cur.Mode == applyMode(a) && cur.Size == a.Size && hash() == a.SHA256 {
 				return statusApplied, nil
 			}
 		}
@@ -182,9 +182,17 @@ func (c *Changeset) Apply(cs []Change, opts ApplyOptions) (ApplyResult, error) {
 			mu.Unlock()
 			if err := c.applyOne(ch, opts.Force); err != nil {
 				var ne notEmpty
-				if errors.As(err, &ne) {
+				var pl parentLink
+				reason := ""
+				switch {
+				case errors.As(err, &ne):
+					reason = "the directory holds files the changeset does not delete"
+				case errors.As(err, &pl):
+					reason = "a parent directory is a symbolic link in the original (" + pl.link + "); apply the parent first"
+				}
+				if reason != "" {
 					mu.Lock()
-					res.Conflicts = append(res.Conflicts, Conflict{ch, c.Display(ch.Mount, ch.Path), "the directory holds files the changeset does not delete"})
+					res.Conflicts = append(res.Conflicts, Conflict{ch, c.Display(ch.Mount, ch.Path), reason})
 					mu.Unlock()
 					return nil
 				}
@@ -279,6 +287,10 @@ func (e notEmpty) Error() string { return e.path + ": directory not empty" }
 
 // applyOne makes one original path what the changeset holds.
 func (c *Changeset) applyOne(ch Change, force bool) error {
+	m, _ := c.Mount(ch.Mount)
+	if err := checkParents(m.Source, ch.Path); err != nil {
+		return err
+	}
 	dst := c.source(ch.Mount, ch.Path)
 	cur, err := lstatEntry(dst, ch.Path)
 	if err != nil {
@@ -292,7 +304,7 @@ func (c *Changeset) applyOne(ch Change, force bool) error {
 		if a.Type == TypeSymlink {
 			return nil
 		}
-		return os.Chmod(dst, a.Mode|modeExtra(a.Mode))
+		return os.Chmod(dst, applyMode(a))
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
@@ -329,8 +341,48 @@ func (c *Changeset) applyOne(ch Change, force bool) error {
 	return fmt.Errorf("cannot apply a %s", a.Type)
 }
 
-// modeExtra keeps the setuid, setgid and sticky bits through os.Chmod.
-func modeExtra(m fs.FileMode) fs.FileMode { return m & (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky) }
+// applyMode is the mode apply gives a path: the sandbox's, except that a
+// file never gets setuid or setgid (it must not run with the rights of
+// whoever applies it).
+func applyMode(s Side) fs.FileMode {
+	if s.Type == TypeFile {
+		return s.Mode &^ (fs.ModeSetuid | fs.ModeSetgid)
+	}
+	return s.Mode
+}
+
+// parentLink: a parent directory of the path is a symbolic link on the
+// host; writing or deleting through it could reach outside the mount.
+type parentLink struct{ link string }
+
+func (e parentLink) Error() string { return e.link + " is a symbolic link" }
+
+// checkParents returns a parentLink error when a directory between root
+// and rel is a symbolic link.
+func checkParents(root, rel string) error {
+	dir := parentOf(rel)
+	if dir == "" {
+		return nil
+	}
+	p := root
+	for _, part := range strings.Split(dir, "/") {
+		p = filepath.Join(p, part)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil // created as a directory by apply
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return parentLink{p}
+		}
+		if !fi.IsDir() {
+			return nil // MkdirAll will say what is wrong
+		}
+	}
+	return nil
+}
 
 // replace renames tmp over dst; a directory there must go first (rename
 // cannot replace a directory with a file).
@@ -409,7 +461,7 @@ func copyFile(src, dst string, a Side) error {
 		out.Close()
 		return fmt.Errorf("the changeset's copy of the file changed since it was sealed (sha256 %s, sealed %s)", got[:12], a.SHA256[:12])
 	}
-	if err := out.Chmod(a.Mode | modeExtra(a.Mode)); err != nil {
+	if err := out.Chmod(applyMode(a)); err != nil {
 		out.Close()
 		return err
 	}

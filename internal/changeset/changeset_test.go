@@ -693,6 +693,8 @@ func TestUnifiedGitApply(t *testing.T) {
 	os.Remove(filepath.Join(tree, "link"))
 	symlink(t, tree, "link", "run.sh")
 	symlink(t, tree, "newlink", "new/dir")
+	write(t, tree, "tab\there \"q\".txt", "tab\n", 0o644)
+	write(t, tree, "caf\u00e9.txt", "caf\u00e9\n", 0o644)
 	if err := c.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -707,13 +709,64 @@ func TestUnifiedGitApply(t *testing.T) {
 	if out, err := exec.Command("cp", "-a", src, copyDir).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v: %s", err, out)
 	}
+	text := patch.String()
 	cmd := exec.Command("git", "apply", "-")
 	cmd.Dir, cmd.Stdin = copyDir, &patch
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git apply: %v: %s\n%s", err, out, patch.String())
+		t.Fatalf("git apply: %v: %s\n%s", err, out, text)
+	}
+	if !strings.Contains(text, "diff --git \"a/caf\\303\\251.txt\" \"b/caf\\303\\251.txt\"\n") ||
+		!strings.Contains(text, "+++ \"b/tab\\there \\\"q\\\".txt\"\t\n") {
+		t.Errorf("names are not quoted as git does:\n%s", text)
 	}
 	os.Remove(filepath.Join(copyDir, "old")) // git leaves empty directories
 	if d := diffSnapshots(snapshot(t, tree), snapshot(t, copyDir)); d != "" {
 		t.Errorf("git apply of the diff differs from the result:\n%s", d)
+	}
+}
+
+// TestApplyRefusesSymlinkedParent: a path whose parent is a symbolic link
+// in the original (to outside the workspace) is not written through it.
+func TestApplyRefusesSymlinkedParent(t *testing.T) {
+	src, outside := t.TempDir(), t.TempDir()
+	write(t, src, "d/f", "f\n", 0o644)
+	c, err := newStore(t).Create(src, "p", ModeOverlay, []Mount{{Name: WorkspaceMount, Source: src, Target: "/workspace"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, c.UpperDir(WorkspaceMount), "d/f", "changed\n", 0o644)
+	write(t, c.UpperDir(WorkspaceMount), "d/new", "new\n", 0o4755)
+	if err := c.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	// After the run, d becomes a link to another directory.
+	os.RemoveAll(filepath.Join(src, "d"))
+	symlink(t, src, "d", outside)
+	cs, _ := c.Changes()
+	res, err := c.Apply(cs, ApplyOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Conflicts) != 2 || !strings.Contains(res.Conflicts[0].Reason, "symbolic link") {
+		t.Errorf("conflicts: %+v", res.Conflicts)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("apply wrote through the link: %v", entries)
+	}
+	// Once d is a directory again, d/new applies, without its setuid bit.
+	os.Remove(filepath.Join(src, "d"))
+	mkdir(t, src, "d")
+	cs, _ = c.Changes()
+	if _, err := c.Apply(Select(cs, []Ref{{WorkspaceMount, "d/new"}}), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(src, "d/new"))
+	if err != nil || fi.Mode() != 0o755 {
+		t.Errorf("d/new: %v, %v (want -rwxr-xr-x: no setuid)", fi.Mode(), err)
+	}
+	// and counts as applied on a second run.
+	cs, _ = c.Changes()
+	if len(Select(cs, []Ref{{WorkspaceMount, "d/new"}})) != 0 {
+		t.Errorf("d/new is still listed")
 	}
 }

@@ -369,7 +369,7 @@ func WriteUnified(w io.Writer, fds []FileDiff) error {
 
 func writeOne(w *bufio.Writer, fd FileDiff) {
 	name := strings.TrimPrefix(fd.Display, "/")
-	a, b := "a/"+name, "b/"+name
+	a, b := quoteGit("a/"+name), quoteGit("b/"+name)
 	if fd.Before.Type == TypeDir || fd.After.Type == TypeDir {
 		// git has no directories: a line of text between the file patches,
 		// which git apply and patch pass over.
@@ -414,8 +414,63 @@ func writeOne(w *bufio.Writer, fd FileDiff) {
 	if len(fd.edits) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "--- %s\n+++ %s\n", from, to)
+	// git ends a name holding a space with a tab, for patch(1).
+	fmt.Fprintf(w, "--- %s%s\n+++ %s%s\n", from, tabIfSpace(from), to, tabIfSpace(to))
 	writeHunks(w, fd.a, fd.b, fd.edits, 3)
+}
+
+func tabIfSpace(name string) string {
+	if strings.Contains(name, " ") {
+		return "\t"
+	}
+	return ""
+}
+
+// quoteGit quotes a path as git does (core.quotePath): in double quotes,
+// with C escapes, when it holds a quote, a backslash, a control character
+// or a byte outside ASCII; as it is otherwise.
+func quoteGit(p string) string {
+	needs := false
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			needs = true
+			break
+		}
+	}
+	if !needs {
+		return p
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\a':
+			b.WriteString(`\a`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\v':
+			b.WriteString(`\v`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\r':
+			b.WriteString(`\r`)
+		default:
+			if c < 0x20 || c >= 0x7f {
+				fmt.Fprintf(&b, "\\%03o", c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // WriteStat writes a git-style --stat: one line per changed file or
