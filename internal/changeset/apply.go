@@ -127,6 +127,11 @@ func (c *Changeset) Apply(cs []Change, opts ApplyOptions) (ApplyResult, error) {
 	if c.State == StateRunning {
 		return res, fmt.Errorf("applying changeset %s: %w", c.ID, ErrRunning)
 	}
+	unlock, err := c.lock()
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
 	log, err := os.OpenFile(filepath.Join(c.dir, appliedFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return res, fmt.Errorf("applying changeset %s: %w", c.ID, err)
@@ -478,7 +483,33 @@ func (c *Changeset) Discard(force bool) error {
 	if c.State == StateRunning && !force {
 		return fmt.Errorf("discarding changeset %s: %w", c.ID, ErrRunning)
 	}
+	unlock, err := c.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	return c.remove()
+}
+
+// ErrBusy: another apply or discard of the changeset is under way.
+var ErrBusy = errors.New("another apply or discard of this changeset is under way")
+
+// lock takes the changeset's lock (an flock of its file "lock", which is
+// never replaced, unlike meta.json), so that two applies, or an apply and a
+// discard, do not run at once.
+func (c *Changeset) lock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(c.dir, "lock"), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking changeset %s: %w", c.ID, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("changeset %s: %w", c.ID, ErrBusy)
+		}
+		return nil, fmt.Errorf("locking changeset %s: %w", c.ID, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // remove deletes the store directory, and the temporary files a killed

@@ -770,3 +770,25 @@ func TestApplyRefusesSymlinkedParent(t *testing.T) {
 		t.Errorf("d/new is still listed")
 	}
 }
+
+func TestApplyLock(t *testing.T) {
+	c, _ := sealed(t)
+	if err := c.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := c.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := c.Changes()
+	if _, err := c.Apply(cs, ApplyOptions{}); !errors.Is(err, ErrBusy) {
+		t.Errorf("apply while locked: %v", err)
+	}
+	if err := c.Discard(false); !errors.Is(err, ErrBusy) {
+		t.Errorf("discard while locked: %v", err)
+	}
+	unlock()
+	if err := c.Discard(false); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -511,6 +511,9 @@ func WriteStat(w io.Writer, fds []FileDiff, width int) error {
 		maxName = max(maxName, len(r.name))
 		rows = append(rows, r)
 	}
+	if files == 0 {
+		return nil // as git: nothing at all
+	}
 	bw := bufio.NewWriter(w)
 	nameW := min(maxName, max(width/2, 20))
 	barW := max(width-nameW-maxCount-5, 10)

@@ -38,6 +38,10 @@ without --force; they are listed on standard error.`,
 			if err != nil {
 				return err
 			}
+			if len(cs) == 0 && !asJSON {
+				fmt.Fprintf(a.stderr, "changeset %s holds no changes\n", c.ID)
+				return nil
+			}
 			if cs, err = selectPaths(c, cs, paths); err != nil {
 				return err
 			}
