@@ -3,8 +3,6 @@ package changeset
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -607,10 +605,4 @@ func (c *Changeset) NewReport(fds []FileDiff) Report {
 		})
 	}
 	return r
-}
-
-// sha256Hex is the hex sha256 of data.
-func sha256Hex(data []byte) string {
-	h := sha256.Sum256(data)
-	return hex.EncodeToString(h[:])
 }
