@@ -712,3 +712,100 @@ func TestChangesetAllowlist(t *testing.T) {
 		})
 	}
 }
+
+// A launcher that is not root, with a rootful engine (a member of the
+// docker group): the overlay's marks must be readable by it (userxattr),
+// and what the kernel leaves in the overlay's work directory removable, so
+// that apply makes the agent's result (a directory deleted and made again
+// included) and then removes the changeset. Run as root, the test becomes
+// nobody with the engine socket's group.
+func TestChangesetNotRootLauncher(t *testing.T) {
+	requireEngine(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if os.Geteuid() != 0 || err != nil {
+		t.Skip("needs root and setpriv to become another user")
+	}
+	sock := engineSocket(t)
+	st, err := os.Stat(sock)
+	if err != nil {
+		t.Skipf("engine socket: %v", err)
+	}
+	gid := st.Sys().(*syscall.Stat_t).Gid
+	if gid == 0 || st.Mode().Perm()&0o060 != 0o060 {
+		t.Skipf("%s is not open to a group another user could be in", sock)
+	}
+	const uid = 65534
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			base, err := os.MkdirTemp("", "propio-e2e-notroot-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(base) })
+			ws, home, bin := filepath.Join(base, "ws"), filepath.Join(base, "home"), filepath.Join(base, "propio-sandbox")
+			writeTree(t, ws, seed)
+			if err := os.MkdirAll(home, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			exe, err := os.ReadFile(launcher)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(bin, exe, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			profile := filepath.Join(base, "profile.yaml")
+			if err := os.WriteFile(profile, []byte("image: "+ProbeImage+"\n"+probeOffline), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []string{base, ws, home} {
+				filepath.WalkDir(p, func(p string, d fs.DirEntry, err error) error {
+					if err == nil {
+						os.Lchown(p, uid, uid)
+					}
+					return err
+				})
+			}
+			os.Chmod(base, 0o755)
+			before := exactState(t, ws)
+			as := func(args ...string) Result {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, setpriv, append([]string{"--reuid", fmt.Sprint(uid), "--regid", fmt.Sprint(uid), "--groups", fmt.Sprint(gid), bin}, args...)...)
+				cmd.Dir = ws
+				cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "PROPIO_SANDBOX_CHANGESET_MODE=" + mode}
+				if h := os.Getenv("DOCKER_HOST"); h != "" {
+					cmd.Env = append(cmd.Env, "DOCKER_HOST="+h)
+				}
+				return runCmd(t, ctx, cmd)
+			}
+			r := as(append([]string{"run", "-p", profile, "--changeset", "--", "fs"}, agentOps...)...)
+			if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
+				t.Skipf("the engine cannot mount an overlay here:\n%s", r.Stderr)
+			}
+			m := changesetID.FindStringSubmatch(r.Stderr)
+			if r.Code != 0 || m == nil {
+				t.Fatalf("run as uid %d:\n%s", uid, r)
+			}
+			if after := exactState(t, ws); treeHash(after) != treeHash(before) {
+				t.Fatalf("the workspace changed:\n%s", treeDiff(before, after))
+			}
+			if r := as("apply", m[1]); r.Code != 0 {
+				t.Fatalf("apply as uid %d:\n%s", uid, r)
+			}
+			want := rwResult(t, agentOps...)
+			if got := treeState(t, ws); treeHash(got) != treeHash(want) {
+				t.Fatalf("apply as uid %d did not make the agent's result:\n%s", uid, treeDiff(want, got))
+			}
+			store := filepath.Join(home, ".local", "state", "propio-sandbox", "changesets")
+			if entries, _ := os.ReadDir(store); len(entries) > 0 {
+				t.Errorf("the applied changeset is still in %s: %v", store, entries)
+			}
+			for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {
+				if left, _ := docker(append(kind, "--filter", "label=dev.propio-sandbox.workspace="+ws)...); strings.TrimSpace(left) != "" {
+					t.Errorf("left behind: %v %s", kind, left)
+				}
+			}
+		})
+	}
+}

@@ -98,9 +98,10 @@ func kernelAtLeast(release string, major, minor int) bool {
 // createVolumes creates the project's own volumes, labelled with the
 // launcher, and marks them external, so that the Compose SDK uses them as
 // they are and the teardown (by label) removes them.
-func (e *Engine) createVolumes(ctx context.Context, project *types.Project) error {
+// It returns the names of the overlay volumes among them.
+func (e *Engine) createVolumes(ctx context.Context, project *types.Project) (overlays []string, err error) {
 	if len(project.Volumes) == 0 {
-		return nil
+		return nil, nil
 	}
 	vols := types.Volumes{}
 	for key, v := range project.Volumes {
@@ -116,7 +117,10 @@ func (e *Engine) createVolumes(ctx context.Context, project *types.Project) erro
 			name = project.Name + "_" + key
 		}
 		if _, err := e.cli.Client().VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: v.Driver, DriverOpts: v.DriverOpts, Labels: labels}); err != nil {
-			return fmt.Errorf("creating volume %s: %w", name, err)
+			return nil, fmt.Errorf("creating volume %s: %w", name, err)
+		}
+		if v.DriverOpts["type"] == "overlay" {
+			overlays = append(overlays, name)
 		}
 		v.Name = name
 		v.External = true
@@ -124,6 +128,23 @@ func (e *Engine) createVolumes(ctx context.Context, project *types.Project) erro
 		vols[key] = v
 	}
 	project.Volumes = vols
+	return overlays, nil
+}
+
+// settleOverlay mounts the overlay volume once more, for a moment, through
+// a helper container's archive API: overlayfs empties its work directory
+// when it is mounted, and leaves there, when unmounted, what the kernel
+// made as root (a whiteout it shares) and a launcher that is not root could
+// not remove with the changeset.
+func (e *Engine) settleOverlay(ctx context.Context, image string, labels map[string]string, volume string) error {
+	id, remove, err := e.helper(ctx, image, volume, labels)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if _, err := e.cli.Client().ContainerStatPath(ctx, id, client.ContainerStatPathOptions{Path: copyMount}); err != nil {
+		return fmt.Errorf("mounting overlay volume %s again to clean its work directory: %w", volume, err)
+	}
 	return nil
 }
 
@@ -169,8 +190,11 @@ func (e *Engine) copyIn(ctx context.Context, image string, labels map[string]str
 	}
 	defer remove()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, from)) }()
-	_, err = e.cli.Client().CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: copyMount, Content: pr})
+	// The tree goes in under the mount point's own name, from /: the engine
+	// skips the metadata of an archive's "." entry, and the volume's root
+	// must get the owner and mode of the tree's.
+	go func() { pw.CloseWithError(writeTar(pw, from, strings.TrimPrefix(copyMount, "/"))) }()
+	_, err = e.cli.Client().CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
 	pr.CloseWithError(errors.New("copy ended"))
 	if err != nil {
 		return fmt.Errorf("copying %s into volume %s: %w", from, volume, err)
@@ -212,10 +236,11 @@ func (e *Engine) copyOut(ctx context.Context, image string, labels map[string]st
 	return nil
 }
 
-// writeTar writes the tree at root as a tar stream, root's own entry first
-// (named ./), with numeric owners, nanosecond mtimes (PAX) and symbolic
-// links as links. Sockets are left out; hard links are written as files.
-func writeTar(w io.Writer, root string) error {
+// writeTar writes the tree at root as a tar stream under the name prefix,
+// root's own entry first, with numeric owners, nanosecond mtimes (PAX) and
+// symbolic links as links. Sockets are left out; hard links are written as
+// files.
+func writeTar(w io.Writer, root, prefix string) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -239,10 +264,8 @@ func writeTar(w io.Writer, root string) error {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		rel, _ := filepath.Rel(root, p)
-		name := filepath.ToSlash(rel)
-		if name == "." {
-			name = "./"
-		} else if fi.IsDir() {
+		name := path.Join(prefix, filepath.ToSlash(rel))
+		if fi.IsDir() {
 			name += "/"
 		}
 		hdr.Name = name

@@ -140,7 +140,8 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 
 	// The project's volumes (a changeset's), made here so that the
 	// teardown removes them by label, and filled for a copy.
-	if err := e.createVolumes(ctx, project); err != nil {
+	overlays, err := e.createVolumes(ctx, project)
+	if err != nil {
 		return 0, err
 	}
 	for _, c := range o.Copies {
@@ -174,6 +175,12 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 	})
 	// The SDK stopped its own signal channel; ours must be the one armed.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	for _, v := range overlays {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		// Best effort: what it would remove is only clutter.
+		e.settleOverlay(sctx, svc.Image, svc.Labels, v)
+		scancel()
+	}
 	if err == nil || timedOut.Load() {
 		if o.Ran != nil {
 			o.Ran()
