@@ -768,16 +768,19 @@ func TestChangesetNotRootLauncher(t *testing.T) {
 			}
 			os.Chmod(base, 0o755)
 			before := exactState(t, ws)
-			as := func(args ...string) Result {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
+			command := func(ctx context.Context, args ...string) *exec.Cmd {
 				cmd := exec.CommandContext(ctx, setpriv, append([]string{"--reuid", fmt.Sprint(uid), "--regid", fmt.Sprint(uid), "--groups", fmt.Sprint(gid), bin}, args...)...)
 				cmd.Dir = ws
 				cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "PROPIO_SANDBOX_CHANGESET_MODE=" + mode}
 				if h := os.Getenv("DOCKER_HOST"); h != "" {
 					cmd.Env = append(cmd.Env, "DOCKER_HOST="+h)
 				}
-				return runCmd(t, ctx, cmd)
+				return cmd
+			}
+			as := func(args ...string) Result {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				return runCmd(t, ctx, command(ctx, args...))
 			}
 			r := as(append([]string{"run", "-p", profile, "--changeset", "--", "fs"}, agentOps...)...)
 			if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
@@ -800,6 +803,35 @@ func TestChangesetNotRootLauncher(t *testing.T) {
 			store := filepath.Join(home, ".local", "state", "propio-sandbox", "changesets")
 			if entries, _ := os.ReadDir(store); len(entries) > 0 {
 				t.Errorf("the applied changeset is still in %s: %v", store, entries)
+			}
+
+			// A killed launcher's sandbox, removed by gc; the changeset it
+			// left running, removed by discard --force.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := command(ctx, "run", "-p", profile, "--changeset", "--", "fs", "rm new.txt", "rmrf newdir", "sleep 60s")
+			var out syncBuffer
+			cmd.Stdout = &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "sleeping") && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			if !strings.Contains(out.String(), "sleeping") {
+				t.Fatalf("the sandbox did not start: %s", out.String())
+			}
+			if r := as("gc"); r.Code != 0 {
+				t.Fatalf("gc as uid %d:\n%s", uid, r)
+			}
+			id := idPattern.FindString(as("changes").Stdout)
+			if r := as("discard", "--force", id); id == "" || r.Code != 0 {
+				t.Fatalf("discard --force %q as uid %d:\n%s", id, uid, r)
+			}
+			if entries, _ := os.ReadDir(store); len(entries) > 0 {
+				t.Errorf("the discarded changeset is still in %s: %v", store, entries)
 			}
 			for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {
 				if left, _ := docker(append(kind, "--filter", "label=dev.propio-sandbox.workspace="+ws)...); strings.TrimSpace(left) != "" {

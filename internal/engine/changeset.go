@@ -98,10 +98,13 @@ func kernelAtLeast(release string, major, minor int) bool {
 // createVolumes creates the project's own volumes, labelled with the
 // launcher, and marks them external, so that the Compose SDK uses them as
 // they are and the teardown (by label) removes them.
-// It returns the names of the overlay volumes among them.
-func (e *Engine) createVolumes(ctx context.Context, project *types.Project) (overlays []string, err error) {
+// LabelHelperImage names, on a volume, an image the engine has that can
+// make the helper containers for it (the sandbox's).
+const LabelHelperImage = "dev.propio-sandbox.helper-image"
+
+func (e *Engine) createVolumes(ctx context.Context, project *types.Project, image string) error {
 	if len(project.Volumes) == 0 {
-		return nil, nil
+		return nil
 	}
 	vols := types.Volumes{}
 	for key, v := range project.Volumes {
@@ -112,15 +115,13 @@ func (e *Engine) createVolumes(ctx context.Context, project *types.Project) (ove
 		labels := map[string]string{}
 		maps.Copy(labels, v.Labels)
 		maps.Copy(labels, launcherLabels(project.Name))
+		labels[LabelHelperImage] = image
 		name := v.Name
 		if name == "" {
 			name = project.Name + "_" + key
 		}
 		if _, err := e.cli.Client().VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: v.Driver, DriverOpts: v.DriverOpts, Labels: labels}); err != nil {
-			return nil, fmt.Errorf("creating volume %s: %w", name, err)
-		}
-		if v.DriverOpts["type"] == "overlay" {
-			overlays = append(overlays, name)
+			return fmt.Errorf("creating volume %s: %w", name, err)
 		}
 		v.Name = name
 		v.External = true
@@ -128,14 +129,15 @@ func (e *Engine) createVolumes(ctx context.Context, project *types.Project) (ove
 		vols[key] = v
 	}
 	project.Volumes = vols
-	return overlays, nil
+	return nil
 }
 
 // settleOverlay mounts the overlay volume once more, for a moment, through
 // a helper container's archive API: overlayfs empties its work directory
 // when it is mounted, and leaves there, when unmounted, what the kernel
 // made as root (a whiteout it shares) and a launcher that is not root could
-// not remove with the changeset.
+// not remove with the changeset. Remove calls it before it removes an
+// overlay volume, with an image of the sandbox's.
 func (e *Engine) settleOverlay(ctx context.Context, image string, labels map[string]string, volume string) error {
 	id, remove, err := e.helper(ctx, image, volume, labels)
 	if err != nil {

@@ -140,8 +140,7 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 
 	// The project's volumes (a changeset's), made here so that the
 	// teardown removes them by label, and filled for a copy.
-	overlays, err := e.createVolumes(ctx, project)
-	if err != nil {
+	if err := e.createVolumes(ctx, project, svc.Image); err != nil {
 		return 0, err
 	}
 	for _, c := range o.Copies {
@@ -175,12 +174,6 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 	})
 	// The SDK stopped its own signal channel; ours must be the one armed.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	for _, v := range overlays {
-		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
-		// Best effort: what it would remove is only clutter.
-		e.settleOverlay(sctx, svc.Image, svc.Labels, v)
-		scancel()
-	}
 	if err == nil || timedOut.Load() {
 		if o.Ran != nil {
 			o.Ran()
