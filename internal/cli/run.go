@@ -46,12 +46,17 @@ func (f *runFlags) register(cmd *cobra.Command) {
 func newRun(a *app) *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [-p PROFILE] [--build] [-- CMD...]",
+		Use:   "run [-p PROFILE] [--build] [--changeset [--resume ID]] [-- CMD...]",
 		Short: "Run the profile's command, or CMD, in a sandbox of the current directory (the default)",
 		Long: `Run the profile's command, or CMD, in a sandbox: the current directory is mounted at
 /workspace and is the working directory; nothing else of the host is visible unless the
 profile grants it. The sandbox's exit code becomes this command's. Every container,
-network and volume of the sandbox is removed when it ends, however it ends.`,
+network and volume of the sandbox is removed when it ends, however it ends.
+
+With --changeset (or workspace.mode: changeset in the profile), the sandbox writes to
+a changeset instead: the workspace stays as it is, and run prints the changeset's id;
+review it with diff, then apply or discard it. --resume ID continues one.
+PROPIO_SANDBOX_CHANGESET_MODE=overlay|copy|auto chooses how it is made.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.run(cmd, args, f) },
 	}
 	f.register(cmd)
