@@ -703,6 +703,9 @@ func TestChangesetAllowlist(t *testing.T) {
 	for _, mode := range changesetModes {
 		t.Run(mode, func(t *testing.T) {
 			s := changesetSandbox(t, mode)
+			if enginePodman(t) {
+				t.Skip("network.mode allowlist does not run on Podman")
+			}
 			p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
 			id := runChangeset(t, s, p, nil, "write new.txt n\n", "rm deleted.txt")
 			stat := cli(t, s, "diff", "--stat", id).Stdout

@@ -192,11 +192,17 @@ func (e *Engine) copyIn(ctx context.Context, image string, labels map[string]str
 	}
 	defer remove()
 	pr, pw := io.Pipe()
-	// The tree goes in under the mount point's own name, from /: the engine
-	// skips the metadata of an archive's "." entry, and the volume's root
-	// must get the owner and mode of the tree's.
-	go func() { pw.CloseWithError(writeTar(pw, from, strings.TrimPrefix(copyMount, "/"))) }()
-	_, err = e.cli.Client().CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
+	// Docker skips the metadata of an archive's "." entry, and the volume's
+	// root must get the owner and mode of the tree's: the tree goes in under
+	// the mount point's own name, from /. Podman writes that into the
+	// container's own file system, not the volume: the tree goes in at the
+	// mount point, as ".".
+	dest, prefix := "/", strings.TrimPrefix(copyMount, "/")
+	if e.Kind == Podman {
+		dest, prefix = copyMount, "."
+	}
+	go func() { pw.CloseWithError(writeTar(pw, from, prefix)) }()
+	_, err = e.cli.Client().CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: dest, Content: pr})
 	pr.CloseWithError(errors.New("copy ended"))
 	if err != nil {
 		return fmt.Errorf("copying %s into volume %s: %w", from, volume, err)
@@ -268,7 +274,7 @@ func writeTar(w io.Writer, root, prefix string) error {
 		rel, _ := filepath.Rel(root, p)
 		name := path.Join(prefix, filepath.ToSlash(rel))
 		if fi.IsDir() {
-			name += "/"
+			name = strings.TrimSuffix(name, "/") + "/"
 		}
 		hdr.Name = name
 		hdr.Uname, hdr.Gname = "", ""
