@@ -844,3 +844,22 @@ func TestChangesetNotRootLauncher(t *testing.T) {
 		})
 	}
 }
+
+// A declared check of a profile in changeset mode runs before any
+// changeset exists: it sees the workspace read-only, so it can never write
+// to the originals.
+func TestChangesetDeclaredCheckReadOnly(t *testing.T) {
+	s := changesetSandbox(t, "auto")
+	before := exactState(t, s.Workspace)
+	p := s.Profile(probeOffline + "workspace: {mode: changeset}\nchecks:\n  - {name: writes, run: [write, checked.txt, x]}\n")
+	r := s.Run("", "run", "-p", p, "--", "fs", "write new.txt n\n")
+	if r.Code != 3 || !strings.Contains(r.Stderr, "read-only file system") {
+		t.Fatalf("a declared check writing the workspace of a changeset profile:\n%s", r)
+	}
+	if after := exactState(t, s.Workspace); treeHash(after) != treeHash(before) {
+		t.Fatalf("the workspace changed:\n%s", treeDiff(before, after))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(s.Home, ".local", "state", "propio-sandbox", "changesets")); len(entries) > 0 {
+		t.Errorf("a changeset was made for a run that failed its checks: %v", entries)
+	}
+}
