@@ -863,3 +863,25 @@ func TestChangesetDeclaredCheckReadOnly(t *testing.T) {
 		t.Errorf("a changeset was made for a run that failed its checks: %v", entries)
 	}
 }
+
+// A sandbox stopped by resources.timeout (exit 124) keeps what it wrote in
+// its changeset, sealed for review.
+func TestChangesetTimeout(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			p := s.Profile(probeOffline + "resources: {timeout: 3s}\n")
+			r := s.Run("", "run", "-p", p, "--changeset", "--", "fs", "write before-timeout.txt x\n", "sleep 60s")
+			if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
+				t.Skip(r.Stderr)
+			}
+			m := changesetID.FindStringSubmatch(r.Stderr)
+			if r.Code != 124 || m == nil {
+				t.Fatalf("a changeset sandbox that times out, want exit 124 and its changeset:\n%s", r)
+			}
+			if stat := cli(t, s, "diff", "--stat", m[1]).Stdout; !strings.Contains(stat, "before-timeout.txt") {
+				t.Errorf("diff --stat after a timeout lacks before-timeout.txt:\n%s", stat)
+			}
+		})
+	}
+}
