@@ -115,6 +115,12 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 	if err != nil {
 		return nil, err
 	}
+	for _, m := range mounts {
+		if within(store.Dir, m.Source) || within(m.Source, store.Dir) {
+			return nil, withHint(fmt.Errorf("%s and the changeset store %s are one inside the other: a changeset of it would hold itself", m.Source, store.Dir),
+				"keep XDG_STATE_HOME outside the directories in changeset mode")
+		}
+	}
 	ov, err := eng.OverlayCapable(ctx)
 	if err != nil {
 		return nil, err
@@ -225,6 +231,12 @@ func chooseMode(want string, capable bool, why string, paths []string) (changese
 		return changeset.ModeOverlay, "", nil
 	}
 	return changeset.ModeCopy, why, nil
+}
+
+// within reports whether path is dir or below it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // sameMounts tells why a changeset's mounts differ from the profile's, if
