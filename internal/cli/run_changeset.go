@@ -115,6 +115,21 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 	if err != nil {
 		return nil, err
 	}
+	if p.Workspace.Mode == profile.ModeChangeset {
+		// As for the profile's mounts (Check): a mount point inside would
+		// show up in the changeset.
+		extra, err := hostinfo.ExtraMounts(os.LookupEnv)
+		if err != nil {
+			return nil, err // generate has said it already, with a hint
+		}
+		ws := filepath.Clean(p.Workspace.Target)
+		for _, m := range extra {
+			if m.Target != ws && within(m.Target, ws) {
+				return nil, withHint(fmt.Errorf("%s mounts %s inside the workspace (%s), whose mode is changeset: its mount point would become part of the changeset", hostinfo.EnvMounts, m.Target, ws),
+					"mount it outside "+ws+", or run without --changeset")
+			}
+		}
+	}
 	for _, m := range mounts {
 		if within(store.Dir, m.Source) || within(m.Source, store.Dir) {
 			return nil, withHint(fmt.Errorf("%s and the changeset store %s are one inside the other: a changeset of it would hold itself", m.Source, store.Dir),
