@@ -193,6 +193,13 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			if ran || cs == nil {
 				return
 			}
+			// An error after the sandbox had started: what it wrote is kept.
+			if cs.wrote() {
+				if err := cs.finish(a.stderr, false); err != nil {
+					fmt.Fprintf(a.stderr, "%s: warning: %v\n", name, err)
+				}
+				return
+			}
 			if err := cs.abandon(); err != nil {
 				fmt.Fprintf(a.stderr, "%s: warning: removing the changeset of a sandbox that did not run: %v\n", name, err)
 			}

@@ -293,6 +293,21 @@ func (l *launchChangeset) adjust(h *generator.Host) {
 	}
 }
 
+// wrote reports whether the sandbox of a new overlay changeset wrote to it
+// although its run ended in an error (a copy's writes are lost with its
+// volume; a resumed changeset is sealed again anyway).
+func (l *launchChangeset) wrote() bool {
+	if l.cs.Mode != changeset.ModeOverlay || l.resumed {
+		return false
+	}
+	for _, m := range l.cs.Mounts {
+		if entries, err := os.ReadDir(l.cs.UpperDir(m.Name)); err == nil && len(entries) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // abandon undoes prepareChangeset for a sandbox that did not run: a new
 // changeset is removed; a resumed one is sealed again, as it was.
 func (l *launchChangeset) abandon() error {
