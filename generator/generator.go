@@ -11,6 +11,7 @@ package generator
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
 	"path/filepath"
@@ -76,6 +77,10 @@ type Host struct {
 	KeepID bool
 	// Podman: the engine is Podman, whose options differ from Docker's.
 	Podman bool
+	// Changeset is the changeset of a launch whose workspace or mounts are
+	// in mode changeset; nil when there is none (render, declared checks),
+	// and those directories are then mounted read-only.
+	Changeset *Changeset
 }
 
 // Match is a workspace entry matched by a readonly or hide pattern.
@@ -180,7 +185,8 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	svc.WorkingDir = p.Workspace.Target
 	svc.Environment = environment(p, h)
 
-	vols, tmpfs, err := mounts(p, h)
+	project := &types.Project{Name: o.Project, WorkingDir: h.Workspace}
+	vols, tmpfs, err := mounts(project, p, h)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +202,10 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		LabelWorkspace: h.Workspace,
 	}
 	svc.Labels = labels
-	project := &types.Project{Name: o.Project, WorkingDir: h.Workspace}
+	for k, v := range project.Volumes {
+		maps.Copy(v.Labels, labels)
+		project.Volumes[k] = v
+	}
 	switch p.Network.Mode {
 	case "none":
 		svc.NetworkMode = "none"
@@ -278,9 +287,19 @@ func environment(p *profile.Profile, h Host) types.MappingWithEquals {
 
 // mounts lays out the filesystem: the workspace, its read-only and hidden
 // paths, the profile's extra mounts, and the writable tmpfs mounts.
-func mounts(p *profile.Profile, h Host) ([]types.ServiceVolumeConfig, types.StringList, error) {
+func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.ServiceVolumeConfig, types.StringList, error) {
 	target := p.Workspace.Target
-	vols := []types.ServiceVolumeConfig{bind(h.Workspace, target, p.Workspace.Mode == "ro")}
+	ws := bind(h.Workspace, target, p.Workspace.Mode != profile.ModeRW)
+	if p.Workspace.Mode == profile.ModeChangeset {
+		v, ok, err := changesetMount(project, h, WorkspaceMount, path.Clean(target))
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			ws = v
+		}
+	}
+	vols := []types.ServiceVolumeConfig{ws}
 
 	tmpSize, err := units.RAMInBytes(p.Resources.Tmp)
 	if err != nil {
@@ -322,7 +341,7 @@ func mounts(p *profile.Profile, h Host) ([]types.ServiceVolumeConfig, types.Stri
 				return nil, nil, fmt.Errorf("hiding %s: no empty file to mount over it", m.Path)
 			}
 			vols = append(vols, bind(h.EmptyFile, dst, true))
-		case p.Workspace.Mode != "ro":
+		case p.Workspace.Mode != profile.ModeRO:
 			vols = append(vols, bind(filepath.Join(h.Workspace, filepath.FromSlash(m.Path)), dst, true))
 		}
 	}
@@ -347,7 +366,17 @@ func mounts(p *profile.Profile, h Host) ([]types.ServiceVolumeConfig, types.Stri
 			errs = append(errs, &profile.Error{Pos: p.Pos("mounts", strconv.Itoa(i), "target"), Field: fmt.Sprintf("mounts[%d].target", i), Msg: fmt.Sprintf("%q is not an absolute path", dst)})
 			continue
 		}
-		vols = append(vols, bind(src, path.Clean(dst), m.Mode != "rw"))
+		v := bind(src, path.Clean(dst), m.Mode != profile.ModeRW)
+		if m.Mode == profile.ModeChangeset {
+			cv, ok, err := changesetMount(project, h, "mount-"+strconv.Itoa(i), path.Clean(dst))
+			if err != nil {
+				return nil, nil, err
+			}
+			if ok {
+				v = cv
+			}
+		}
+		vols = append(vols, v)
 	}
 	if len(errs) > 0 {
 		return nil, nil, errs

@@ -69,6 +69,22 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 			h.Exists[src] = true
 		}
 	}
+	// A launch in changeset mode has a changeset (its description says how
+	// the test case realises it).
+	if p.Changeset() && !strings.Contains(p.Description, "none") {
+		cs := &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetOverlay, UserXattr: true}
+		if strings.Contains(p.Description, "copy") {
+			cs.Mode = generator.ChangesetCopy
+		}
+		for _, m := range generator.ChangesetMounts(p, h) {
+			if cs.Mode == generator.ChangesetOverlay {
+				dir := "/home/dev/.local/state/propio-sandbox/changesets/" + cs.ID + "/" + m.Name
+				m.UpperDir, m.WorkDir = dir+"/upper", dir+"/work"
+			}
+			cs.Mounts = append(cs.Mounts, m)
+		}
+		h.Changeset = cs
+	}
 	return h
 }
 

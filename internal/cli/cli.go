@@ -85,6 +85,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newTrust(a),
 		newGateway(a),
 		newLogs(a),
+		newChanges(a), newDiff(a), newApply(a), newDiscard(a),
 		newVersion(a),
 	)
 	return root

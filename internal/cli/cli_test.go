@@ -47,7 +47,7 @@ func TestScripts(t *testing.T) {
 		Dir:                 filepath.Join("testdata", "script"),
 		Setup:               setup,
 		Condition:           condition,
-		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON, "doctorschema": cmdDoctorSchema},
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON, "doctorschema": cmdDoctorSchema, "mkchangeset": cmdMkChangeset},
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		UpdateScripts:       updating(),

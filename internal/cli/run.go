@@ -30,24 +30,33 @@ import (
 
 // runFlags are the flags of run, which the root command shares (run is the default).
 type runFlags struct {
-	build bool
-	skip  []string
+	build     bool
+	skip      []string
+	changeset bool
+	resume    string
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.build, "build", false, "build the profile's image first (when it has a build section)")
 	cmd.Flags().StringArrayVar(&f.skip, "skip-checks", nil, "skip the profile's declared check `NAME` for this run (never a built-in one)")
+	cmd.Flags().BoolVar(&f.changeset, "changeset", false, "write to a changeset instead of the workspace (workspace.mode changeset): review it with diff, then apply or discard it")
+	cmd.Flags().StringVar(&f.resume, "resume", "", "with --changeset: continue the changeset `ID` (or a unique prefix) instead of starting one")
 }
 
 func newRun(a *app) *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [-p PROFILE] [--build] [-- CMD...]",
+		Use:   "run [-p PROFILE] [--build] [--changeset [--resume ID]] [-- CMD...]",
 		Short: "Run the profile's command, or CMD, in a sandbox of the current directory (the default)",
 		Long: `Run the profile's command, or CMD, in a sandbox: the current directory is mounted at
 /workspace and is the working directory; nothing else of the host is visible unless the
 profile grants it. The sandbox's exit code becomes this command's. Every container,
-network and volume of the sandbox is removed when it ends, however it ends.`,
+network and volume of the sandbox is removed when it ends, however it ends.
+
+With --changeset (or workspace.mode: changeset in the profile), the sandbox writes to
+a changeset instead: the workspace stays as it is, and run prints the changeset's id;
+review it with diff, then apply or discard it. --resume ID continues one.
+PROPIO_SANDBOX_CHANGESET_MODE=overlay|copy|auto chooses how it is made.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.run(cmd, args, f) },
 	}
 	f.register(cmd)
@@ -74,12 +83,25 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.resume != "" && !f.changeset {
+		return usageError{errors.New("--resume continues a changeset: give --changeset too")}
+	}
 	e, p, err := loadSelected(a.profile)
 	if err != nil {
 		return err
 	}
+	if f.changeset {
+		if err := p.ForceChangeset(); err != nil {
+			return fmt.Errorf("--changeset: %w", err)
+		}
+	}
 	if err := checkSkips(p, f.skip); err != nil {
 		return err
+	}
+	if p.Changeset() {
+		if _, err := changesetMode(); err != nil {
+			return err
+		}
 	}
 	// Nothing is created before every check has passed.
 	ctx := context.Background()
@@ -151,17 +173,44 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			h.Podman = eng.Kind == engine.Podman
 			h.KeepID = h.Podman && eng.Rootless
 		}
-		// The profile's own checks, each in a throwaway sandbox of it.
+		// The profile's own checks, each in a throwaway sandbox of it (where
+		// directories in changeset mode are read-only).
 		if err := preflight.Run(ctx, a.declaredChecks(eng, e, p, o, gen, withAgent, f.skip)); err != nil {
 			return preflightFailed(err)
 		}
+		// The changeset the sandbox writes to, when the profile has one:
+		// kept only when the sandbox ran.
+		var cs *launchChangeset
+		if p.Changeset() {
+			if cs, err = a.prepareChangeset(ctx, eng, e, p, f.resume); err != nil {
+				return err
+			}
+			agentOnly := withAgent
+			withAgent = func(h *generator.Host) { agentOnly(h); cs.adjust(h) }
+		}
+		ran := false
+		defer func() {
+			if ran || cs == nil {
+				return
+			}
+			// An error after the sandbox had started: what it wrote is kept.
+			if cs.wrote() {
+				if err := cs.finish(a.stderr, false); err != nil {
+					fmt.Fprintf(a.stderr, "%s: warning: %v\n", name, err)
+				}
+				return
+			}
+			if err := cs.abandon(); err != nil {
+				fmt.Fprintf(a.stderr, "%s: warning: removing the changeset of a sandbox that did not run: %v\n", name, err)
+			}
+		}()
 		var code int
 		for attempt := 1; ; attempt++ {
 			if allowlist {
 				if project, err = a.prepareGateway(ctx, eng, e, p, o, gen, withAgent); err != nil {
 					return err
 				}
-			} else if agent.Forward || eng.Kind == engine.Podman {
+			} else if agent.Forward || eng.Kind == engine.Podman || cs != nil {
 				if project, err = gen(o, withAgent); err != nil {
 					return err
 				}
@@ -173,6 +222,8 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				Build:       f.build,
 				// The image check of preflight has just looked.
 				ImageChecked: true,
+				Copies:       cs.volumeCopies(),
+				Ran:          func() { ran = true },
 			})
 			// Another launcher took the same network at the same moment:
 			// number it again and retry.
@@ -181,6 +232,11 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			}
 			os.Remove(filepath.Join(e.dirs.LogDir(), generator.LogFile(o.Project)))
 			o.Project = generator.ProjectName(e.workspace, runID())
+		}
+		if ran && cs != nil {
+			if serr := cs.finish(a.stderr, errors.Is(err, engine.ErrCopyOut)); serr != nil {
+				err = errors.Join(err, serr)
+			}
 		}
 		switch {
 		case err != nil && code != 0:

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,11 @@ func (e *Engine) Remove(ctx context.Context, project string) error {
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
+	image := ""
 	for _, ctr := range containers.Items {
+		if image == "" {
+			image = ctr.Image
+		}
 		if _, err := c.ContainerRemove(ctx, ctr.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !gone(err) {
 			errs = append(errs, fmt.Errorf("removing container %s: %w", ctr.ID[:12], err))
 		}
@@ -51,6 +56,10 @@ func (e *Engine) Remove(ctx context.Context, project string) error {
 		return errors.Join(append(errs, fmt.Errorf("listing volumes: %w", err))...)
 	}
 	for _, v := range volumes.Items {
+		if img := cmp.Or(v.Labels[LabelHelperImage], image); v.Options["type"] == "overlay" && img != "" {
+			// Best effort: what it would remove is only clutter.
+			e.settleOverlay(ctx, img, v.Labels, v.Name)
+		}
 		if _, err := c.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !gone(err) {
 			errs = append(errs, fmt.Errorf("removing volume %s: %w", v.Name, err))
 		}

@@ -36,6 +36,13 @@ type RunOptions struct {
 	// ImageChecked: the caller has just seen the agent's image on the
 	// engine (preflight), so it is not looked up again.
 	ImageChecked bool
+	// Copies fill volumes of the project before the run and copy them back
+	// after it (a changeset's copy realisation). The copies back are made
+	// only when the sandbox's command ran.
+	Copies []VolumeCopy
+	// Ran, when set, is called once the sandbox's command has run (exited,
+	// or was stopped by the timeout or a signal), before the copies back.
+	Ran func()
 	// LookupEnv reads the launcher's environment for the variables the
 	// project passes by name. Values stay in memory: they go to the engine
 	// in the container's configuration and nowhere else.
@@ -131,6 +138,17 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		}
 	}
 
+	// The project's volumes (a changeset's), made here so that the
+	// teardown removes them by label, and filled for a copy.
+	if err := e.createVolumes(ctx, project, svc.Image); err != nil {
+		return 0, err
+	}
+	for _, c := range o.Copies {
+		if err := e.copyIn(ctx, svc.Image, svc.Labels, project.Volumes[c.Volume].Name, c.From); err != nil {
+			return 0, err
+		}
+	}
+
 	var timedOut atomic.Bool
 	if o.Timeout > 0 {
 		timer := time.AfterFunc(o.Timeout, func() {
@@ -156,6 +174,27 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 	})
 	// The SDK stopped its own signal channel; ours must be the one armed.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	if err == nil || timedOut.Load() {
+		if o.Ran != nil {
+			o.Ran()
+		}
+		// Not the run's context: a signal that stopped the sandbox must not
+		// stop the copy of what it did.
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer ccancel()
+		var cerrs []error
+		for _, c := range o.Copies {
+			if cerr := e.copyOut(cctx, svc.Image, svc.Labels, project.Volumes[c.Volume].Name, c.To); cerr != nil {
+				cerrs = append(cerrs, fmt.Errorf("%w: %w", ErrCopyOut, cerr))
+			}
+		}
+		if len(cerrs) > 0 {
+			if timedOut.Load() {
+				code = 124
+			}
+			return code, errors.Join(append([]error{err}, cerrs...)...)
+		}
+	}
 	switch {
 	case timedOut.Load():
 		return 124, fmt.Errorf("stopped after %s: %w", o.Timeout, ErrTimeout)

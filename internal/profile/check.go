@@ -344,6 +344,7 @@ func (p *Profile) Check(l Limits) error {
 			"set network.mode: open to publish ports", "ports")
 	}
 	p.checkEgress(add)
+	p.checkChangeset(add)
 	seen := map[string]bool{}
 	for i, c := range p.Checks {
 		idx := strconv.Itoa(i)

@@ -186,11 +186,15 @@ func TestInvalidProfiles(t *testing.T) {
 		},
 		"workspace mode": {
 			yaml: "image: a\nworkspace:\n  mode: whatever\n",
-			want: []string{"3:9: workspace.mode: \"whatever\" is not one of: rw, ro"},
+			want: []string{"3:9: workspace.mode: \"whatever\" is not one of: rw, ro, changeset"},
+		},
+		"mount inside a changeset workspace": {
+			yaml: "image: a\nworkspace:\n  mode: changeset\n  readonly: [.env]\nmounts:\n  - {source: /a, target: /workspace/vendor, mode: changeset}\n  - {source: /b, target: /b, mode: changeset}\n  - {source: /c, target: /workspace-c}\n",
+			want: []string{"6:26: mounts[0].target: /workspace/vendor is inside the workspace (/workspace), whose mode is changeset: its mount point would become part of the changeset"},
 		},
 		"mount mode": {
 			yaml: "image: a\nmounts:\n  - {source: /a, target: /a, mode: wr}\n",
-			want: []string{"3:36: mounts[0].mode: \"wr\" is not one of: ro, rw"},
+			want: []string{"3:36: mounts[0].mode: \"wr\" is not one of: ro, rw, changeset"},
 		},
 		"version 2": {
 			yaml: "version: 2\nimage: a\n",

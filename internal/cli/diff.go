@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/propio/propio-sandbox/internal/changeset"
+	"github.com/spf13/cobra"
+)
+
+func newDiff(a *app) *cobra.Command {
+	var stat, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "diff [ID] [PATH...] [--stat] [--json]",
+		Short: "Show a changeset as a unified diff against the original files",
+		Long: `Show what a changeset would change: a git-style unified diff (three lines of
+context) of added, modified and deleted files, mode changes, symlinks (their target
+shown as content) and directories; binary files are summarised with their sizes.
+--stat prints one line per file and a summary; --json the changes as one object.
+
+ID is a changeset id or a unique prefix of one; without it, the newest changeset of
+the current directory's workspace. The first argument is taken as an ID when it is
+not an existing file or directory and a changeset's id starts with it; write ./NAME
+for a path that could be mistaken for one. PATH limits the diff to those files or
+directories: relative to the current directory, /TARGET/PATH as the sandbox saw it
+(/workspace/src, /repo2/x), or MOUNT:PATH (workspace:src, mount-1:x).
+Paths the original changed since the run started are conflicts: apply refuses them
+without --force; they are listed on standard error.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if stat && asJSON {
+				return usageError{fmt.Errorf("--stat and --json exclude each other")}
+			}
+			c, paths, err := changesetAndPaths(args)
+			if err != nil {
+				return err
+			}
+			cs, err := changesOf(c)
+			if err != nil {
+				return err
+			}
+			if len(cs) == 0 && !asJSON {
+				fmt.Fprintf(a.stderr, "changeset %s holds no changes\n", c.ID)
+				return nil
+			}
+			if cs, err = selectPaths(c, cs, paths); err != nil {
+				return err
+			}
+			fds, err := c.Diff(cs)
+			if err != nil {
+				return err
+			}
+			switch {
+			case asJSON:
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(c.NewReport(fds))
+			case stat:
+				err = changeset.WriteStat(a.stdout, fds, 80)
+			default:
+				err = changeset.WriteUnified(a.stdout, fds)
+			}
+			if err != nil {
+				return err
+			}
+			warnConflicts(a, c, fds)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&stat, "stat", false, "print a diffstat: one line per file and a summary")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the changes as JSON")
+	return cmd
+}
+
+// warnConflicts lists on stderr the paths apply would refuse.
+func warnConflicts(a *app, c *changeset.Changeset, fds []changeset.FileDiff) {
+	var n int
+	for _, fd := range fds {
+		if fd.Conflict {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s: warning: %d path%s changed in the original since the run started (apply refuses them without --force):\n", name, n, plural(n))
+	for _, fd := range fds {
+		if fd.Conflict {
+			fmt.Fprintf(a.stderr, "  %s\n", fd.Display)
+		}
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

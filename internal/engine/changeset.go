@@ -1,0 +1,459 @@
+package engine
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/generator"
+	"golang.org/x/sys/unix"
+)
+
+// VolumeCopy fills a volume of the project with a host directory before the
+// run, and copies the volume's content back to the host after it: the copy
+// realisation of a changeset, for engines that cannot mount an overlay of a
+// host path.
+type VolumeCopy struct {
+	Volume string // the volume's key in the project
+	From   string // the host directory copied into the volume before the run
+	To     string // the host directory the volume's final content replaces, after the run
+}
+
+// Overlay says whether the engine can mount an overlay of a directory of
+// this host for a sandbox, and how.
+type Overlay struct {
+	OK  bool
+	Why string // why not, when not
+	// UserXattr: mount it with the userxattr option (Linux 5.11 and newer),
+	// so that its marks (opaque directories) are user.overlay.* attributes,
+	// which a launcher that is not root can read; trusted.* ones it cannot.
+	UserXattr bool
+}
+
+// OverlayCapable tells whether the engine can mount an overlay of a
+// directory of this host (a local volume of type overlay): it must run on
+// this Linux host (a unix socket, the same host name, not Docker Desktop's
+// VM) and as root (not rootless Docker or Podman); and, for a launcher that
+// is not root, on Linux 5.11 or newer (userxattr).
+func (e *Engine) OverlayCapable(ctx context.Context) (Overlay, error) {
+	no := func(why string) (Overlay, error) { return Overlay{Why: why}, nil }
+	if runtime.GOOS != "linux" {
+		return no("the engine runs in a VM, not on this " + runtime.GOOS + " host")
+	}
+	if !strings.HasPrefix(e.Host, "unix://") {
+		return no("the engine at " + e.Host + " is not on this host")
+	}
+	if e.Kind == Podman && e.Rootless {
+		return no("a rootless Podman cannot mount an overlay of a host directory")
+	}
+	res, err := e.cli.Client().Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return Overlay{}, fmt.Errorf("reading the engine's info: %w", err)
+	}
+	info := res.Info
+	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
+		return no("Docker Desktop runs its engine in a VM")
+	}
+	for _, o := range info.SecurityOptions {
+		if strings.Contains(o, "rootless") {
+			return no("a rootless engine cannot mount an overlay of a host directory")
+		}
+	}
+	if host, _ := os.Hostname(); info.Name != "" && host != "" && info.Name != host {
+		return no(fmt.Sprintf("the engine runs on host %s, not on this one (%s)", info.Name, host))
+	}
+	userXattr := kernelAtLeast(info.KernelVersion, 5, 11)
+	if !userXattr && geteuid() != 0 {
+		return no(fmt.Sprintf("Linux %s has no overlay option userxattr, without which the overlay's marks are readable by root only", info.KernelVersion))
+	}
+	return Overlay{OK: true, UserXattr: userXattr}, nil
+}
+
+// kernelAtLeast compares a kernel release such as 6.1.0-18-amd64 with
+// major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	var a, b int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &a, &b); n < 2 {
+		return false
+	}
+	return a > major || a == major && b >= minor
+}
+
+// createVolumes creates the project's own volumes, labelled with the
+// launcher, and marks them external, so that the Compose SDK uses them as
+// they are and the teardown (by label) removes them.
+// LabelHelperImage names, on a volume, an image the engine has that can
+// make the helper containers for it (the sandbox's).
+const LabelHelperImage = "dev.propio-sandbox.helper-image"
+
+func (e *Engine) createVolumes(ctx context.Context, project *types.Project, image string) error {
+	if len(project.Volumes) == 0 {
+		return nil
+	}
+	vols := types.Volumes{}
+	for key, v := range project.Volumes {
+		if v.External {
+			vols[key] = v
+			continue
+		}
+		labels := map[string]string{}
+		maps.Copy(labels, v.Labels)
+		maps.Copy(labels, launcherLabels(project.Name))
+		labels[LabelHelperImage] = image
+		name := v.Name
+		if name == "" {
+			name = project.Name + "_" + key
+		}
+		if _, err := e.cli.Client().VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: v.Driver, DriverOpts: v.DriverOpts, Labels: labels}); err != nil {
+			return fmt.Errorf("creating volume %s: %w", name, err)
+		}
+		v.Name = name
+		v.External = true
+		v.Driver, v.DriverOpts = "", nil
+		vols[key] = v
+	}
+	project.Volumes = vols
+	return nil
+}
+
+// settleOverlay mounts the overlay volume once more, for a moment, through
+// a helper container's archive API: overlayfs empties its work directory
+// when it is mounted, and leaves there, when unmounted, what the kernel
+// made as root (a whiteout it shares) and a launcher that is not root could
+// not remove with the changeset. Remove calls it before it removes an
+// overlay volume, with an image of the sandbox's.
+func (e *Engine) settleOverlay(ctx context.Context, image string, labels map[string]string, volume string) error {
+	id, remove, err := e.helper(ctx, image, volume, labels)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if _, err := e.cli.Client().ContainerStatPath(ctx, id, client.ContainerStatPathOptions{Path: copyMount}); err != nil {
+		return fmt.Errorf("mounting overlay volume %s again to clean its work directory: %w", volume, err)
+	}
+	return nil
+}
+
+// ErrCopyOut: what the sandbox wrote in a copied volume could not be
+// copied back to the host (and is gone with the volume).
+var ErrCopyOut = errors.New("copying the sandbox's volume back failed")
+
+// copyMount is where a helper container sees the volume it copies.
+const copyMount = "/propio-changeset"
+
+// helper creates (never starts) a container of image with the volume at
+// copyMount, labelled as the sandbox, for the engine's archive API; remove
+// removes it.
+func (e *Engine) helper(ctx context.Context, image, volume string, labels map[string]string) (id string, remove func(), err error) {
+	c := e.cli.Client()
+	res, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image:      image,
+			Entrypoint: []string{"/propio-sandbox-never-started"},
+			Labels:     labels,
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none",
+			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: volume, Target: copyMount, VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+		},
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("creating a container to copy volume %s: %w", volume, err)
+	}
+	return res.ID, func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c.ContainerRemove(rctx, res.ID, client.ContainerRemoveOptions{Force: true})
+	}, nil
+}
+
+// copyIn fills the volume with the directory from, keeping modes, mtimes,
+// symbolic links and ownership.
+func (e *Engine) copyIn(ctx context.Context, image string, labels map[string]string, volume, from string) error {
+	id, remove, err := e.helper(ctx, image, volume, labels)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	pr, pw := io.Pipe()
+	// Docker skips the metadata of an archive's "." entry, and the volume's
+	// root must get the owner and mode of the tree's: the tree goes in under
+	// the mount point's own name, from /. Podman writes that into the
+	// container's own file system, not the volume: the tree goes in at the
+	// mount point, as ".".
+	dest, prefix := "/", strings.TrimPrefix(copyMount, "/")
+	if e.Kind == Podman {
+		dest, prefix = copyMount, "."
+	}
+	go func() { pw.CloseWithError(writeTar(pw, from, prefix)) }()
+	_, err = e.cli.Client().CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: dest, Content: pr})
+	pr.CloseWithError(errors.New("copy ended"))
+	if err != nil {
+		return fmt.Errorf("copying %s into volume %s: %w", from, volume, err)
+	}
+	return nil
+}
+
+// copyOut replaces the directory to with the volume's content: extracted
+// next to it first, then swapped in, so that a failure leaves to as it was.
+func (e *Engine) copyOut(ctx context.Context, image string, labels map[string]string, volume, to string) error {
+	id, remove, err := e.helper(ctx, image, volume, labels)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	res, err := e.cli.Client().CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: copyMount + "/."})
+	if err != nil {
+		return fmt.Errorf("copying volume %s out: %w", volume, err)
+	}
+	defer res.Content.Close()
+	tmp := to + ".new"
+	os.RemoveAll(tmp)
+	if err := extractTar(res.Content, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("copying volume %s out to %s: %w", volume, to, err)
+	}
+	old := to + ".old"
+	os.RemoveAll(old)
+	if err := os.Rename(to, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("replacing %s: %w", to, err)
+	}
+	if err := os.Rename(tmp, to); err != nil {
+		os.Rename(old, to)
+		os.RemoveAll(tmp)
+		return fmt.Errorf("replacing %s: %w", to, err)
+	}
+	os.RemoveAll(old)
+	return nil
+}
+
+// writeTar writes the tree at root as a tar stream under the name prefix,
+// root's own entry first, with numeric owners, nanosecond mtimes (PAX) and
+// symbolic links as links. Sockets are left out; hard links are written as
+// files.
+func writeTar(w io.Writer, root, prefix string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSocket != 0 {
+			return nil
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		rel, _ := filepath.Rel(root, p)
+		name := path.Join(prefix, filepath.ToSlash(rel))
+		if fi.IsDir() {
+			name = strings.TrimSuffix(name, "/") + "/"
+		}
+		hdr.Name = name
+		hdr.Uname, hdr.Gname = "", ""
+		hdr.Format = tar.FormatPAX
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.CopyN(tw, f, hdr.Size)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("archiving %s: %w", root, err)
+	}
+	return tw.Close()
+}
+
+// extractTar makes dir (which must not exist) hold the tar stream's tree,
+// with modes, mtimes, symbolic links and, as root, owners. An entry may not
+// leave dir, nor be written through a symbolic link the stream made.
+func extractTar(r io.Reader, dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	tr := tar.NewReader(r)
+	dirs := map[string]bool{"": true} // the directories made, by relative path
+	type stamp struct {
+		rel   string
+		mtime time.Time
+		mode  fs.FileMode
+	}
+	var dirStamps []stamp
+	root := geteuid() == 0
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		rel := path.Clean(strings.TrimPrefix(hdr.Name, "/"))
+		if rel == "." {
+			rel = ""
+		}
+		if rel == ".." || strings.HasPrefix(rel, "../") {
+			return fmt.Errorf("entry %q leaves the tree", hdr.Name)
+		}
+		if rel != "" && !dirs[parentOf(rel)] {
+			return fmt.Errorf("entry %q: its directory %q is not one of the tree's", hdr.Name, parentOf(rel))
+		}
+		full := filepath.Join(dir, filepath.FromSlash(rel))
+		mode := fs.FileMode(hdr.Mode & 0o777)
+		for bit, m := range map[int64]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
+			if hdr.Mode&bit != 0 {
+				mode |= m
+			}
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if rel != "" {
+				if err := os.Mkdir(full, 0o700); err != nil {
+					return err
+				}
+				dirs[rel] = true
+			}
+			dirStamps = append(dirStamps, stamp{rel, hdr.ModTime, mode})
+		case tar.TypeReg:
+			f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := os.Symlink(hdr.Linkname, full); err != nil {
+				return err
+			}
+		case tar.TypeLink:
+			target := path.Clean(strings.TrimPrefix(hdr.Linkname, "/"))
+			if target == ".." || strings.HasPrefix(target, "../") || !dirs[parentOf(target)] {
+				return fmt.Errorf("hard link %q to %q leaves the tree", hdr.Name, hdr.Linkname)
+			}
+			if err := os.Link(filepath.Join(dir, filepath.FromSlash(target)), full); err != nil {
+				return err
+			}
+			continue
+		case tar.TypeFifo:
+			if err := unix.Mkfifo(full, 0o600); err != nil {
+				return err
+			}
+		default:
+			continue // devices are not the agent's to make
+		}
+		if root {
+			if err := os.Lchown(full, hdr.Uid, hdr.Gid); err != nil {
+				return err
+			}
+		}
+		if hdr.Typeflag == tar.TypeSymlink {
+			ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+			unix.UtimesNanoAt(unix.AT_FDCWD, full, ts, unix.AT_SYMLINK_NOFOLLOW)
+			continue
+		}
+		if hdr.Typeflag != tar.TypeDir {
+			if err := os.Chmod(full, mode); err != nil {
+				return err
+			}
+			if err := os.Chtimes(full, hdr.ModTime, hdr.ModTime); err != nil {
+				return err
+			}
+		}
+	}
+	// Directories last, deepest first: making their entries changed their
+	// mtimes, and a read-only one could not have been filled.
+	for i := len(dirStamps) - 1; i >= 0; i-- {
+		s := dirStamps[i]
+		full := filepath.Join(dir, filepath.FromSlash(s.rel))
+		if err := os.Chmod(full, s.mode); err != nil {
+			return err
+		}
+		if err := os.Chtimes(full, s.mtime, s.mtime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func parentOf(rel string) string {
+	if i := strings.LastIndex(rel, "/"); i >= 0 {
+		return rel[:i]
+	}
+	return ""
+}
+
+var geteuid = os.Geteuid
+
+// ErrChangesetInUse: a running sandbox of a live launcher writes to the
+// changeset.
+var ErrChangesetInUse = errors.New("the changeset is in use")
+
+// ReleaseChangeset makes sure that no sandbox writes to changeset id before
+// another run resumes it: the sandboxes of launchers that are gone (killed,
+// so their container may still run, its overlay still mounted) are removed
+// now; one of a live launcher is ErrChangesetInUse.
+func (e *Engine) ReleaseChangeset(ctx context.Context, id string) error {
+	vols, err := e.cli.Client().VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", generator.LabelChangeset+"="+id)})
+	if err != nil {
+		return fmt.Errorf("listing volumes: %w", err)
+	}
+	done := map[string]bool{}
+	for _, v := range vols.Items {
+		project := v.Labels[LabelProject]
+		if project == "" || done[project] {
+			continue
+		}
+		done[project] = true
+		pid, _ := strconv.Atoi(v.Labels[LabelPID])
+		if launcherAlive(pid, v.Labels[LabelHost]) {
+			return fmt.Errorf("sandbox %s (launcher pid %d on %s) writes to changeset %s: %w", project, pid, v.Labels[LabelHost], id, ErrChangesetInUse)
+		}
+		if err := e.Remove(ctx, project); err != nil {
+			return fmt.Errorf("removing sandbox %s of a launcher that is gone: %w", project, err)
+		}
+	}
+	return nil
+}
