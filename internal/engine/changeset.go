@@ -50,7 +50,7 @@ type Overlay struct {
 // directory of this host (a local volume of type overlay): it must run on
 // this Linux host (a unix socket, the same host name, not Docker Desktop's
 // VM) and as root (not rootless Docker or Podman); and, for a launcher that
-// is not root, on Linux 5.11 or newer (userxattr).
+// is not root, on Linux 5.11 or newer (userxattr), and not on Podman.
 func (e *Engine) OverlayCapable(ctx context.Context) (Overlay, error) {
 	no := func(why string) (Overlay, error) { return Overlay{Why: why}, nil }
 	if runtime.GOOS != "linux" {
@@ -61,6 +61,12 @@ func (e *Engine) OverlayCapable(ctx context.Context) (Overlay, error) {
 	}
 	if e.Kind == Podman && e.Rootless {
 		return no("a rootless Podman cannot mount an overlay of a host directory")
+	}
+	if e.Kind == Podman && geteuid() != 0 {
+		// Podman mounts a volume's options only for a container that
+		// starts, so settleOverlay cannot have the kernel empty the work
+		// directory, and what it leaves there is root's.
+		return no("Podman leaves root's files in an overlay's work directory, which a launcher that is not root could not remove")
 	}
 	res, err := e.cli.Client().Info(ctx, client.InfoOptions{})
 	if err != nil {
