@@ -334,22 +334,6 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) {
 	}
 }
 
-// timed runs a command to its end and returns how long it took and its output.
-func timed(t *testing.T, dir string, env []string, name string, args ...string) (time.Duration, string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir, cmd.Env = dir, env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err := cmd.Run()
-	took := time.Since(start)
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
-	}
-	return took, out.String()
-}
-
 var summaryRE = regexp.MustCompile(`(?m)^ \d+ files? changed.*$`)
 
 func summary(out string) string { return summaryRE.FindString(out) }

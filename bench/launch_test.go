@@ -155,6 +155,14 @@ func (a *arms) docker(tb testing.TB) time.Duration {
 // just before the process starts until it has exited.
 func launch(tb testing.TB, dir string, env []string, name string, args ...string) time.Duration {
 	tb.Helper()
+	took, _ := timed(tb, dir, env, name, args...)
+	return took
+}
+
+// timed runs a command to its end (a minute at most) and returns how long
+// it took and its output.
+func timed(tb testing.TB, dir string, env []string, name string, args ...string) (time.Duration, string) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -167,7 +175,7 @@ func launch(tb testing.TB, dir string, env []string, name string, args ...string
 	if err != nil {
 		tb.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
 	}
-	return took
+	return took, out.String()
 }
 
 // checkNothingLeft fails when a container of the benchmark's workspace
