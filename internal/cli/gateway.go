@@ -208,7 +208,7 @@ func (a *app) kernelForwarding(ctx context.Context, cfg *gateway.Config, virtual
 		defer w.Close()
 		starts := map[[2]netip.AddrPort]time.Time{}
 		_ = w.Run(ctx, func(ev natfwd.ConnEvent) {
-			if ev.Proto != 6 /* TCP */ || !prefix.Contains(ev.Dst.Addr()) || ev.Status&(1<<5) == 0 {
+			if ev.Proto != natfwd.ProtoTCP || !prefix.Contains(ev.Dst.Addr()) || ev.Status&natfwd.StatusDstNAT == 0 {
 				return // not a connection the kernel forwarded
 			}
 			key := [2]netip.AddrPort{ev.Src, ev.Dst}

@@ -44,7 +44,6 @@ const (
 
 	ctaCountersBytes = 2 // CTA_COUNTERS_BYTES
 
-	protoTCP = 6
 	protoUDP = 17
 
 	// watchReadBuffer is the receive buffer asked for the event socket:
@@ -321,7 +320,7 @@ func parseConntrack(msg netlink.Message) (ev ConnEvent, ok bool, err error) {
 	if !hasOrig || !hasReply || !orig.hasProto {
 		return ConnEvent{}, false, errTruncated
 	}
-	if orig.proto != protoTCP && orig.proto != protoUDP {
+	if orig.proto != ProtoTCP && orig.proto != protoUDP {
 		return ConnEvent{}, false, nil
 	}
 	if !orig.hasIP4 || !reply.hasIP4 {

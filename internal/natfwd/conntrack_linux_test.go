@@ -84,8 +84,8 @@ func (m testMsg) build(t *testing.T) netlink.Message {
 
 var (
 	// A client 10.0.0.2:40000 sent to 198.18.5.130:443, DNATed to 192.0.2.7:8443.
-	natOrig  = testTuple{src: [4]byte{10, 0, 0, 2}, dst: [4]byte{198, 18, 5, 130}, proto: protoTCP, sport: 40000, dport: 443}
-	natReply = testTuple{src: [4]byte{192, 0, 2, 7}, dst: [4]byte{10, 0, 0, 2}, proto: protoTCP, sport: 8443, dport: 40000}
+	natOrig  = testTuple{src: [4]byte{10, 0, 0, 2}, dst: [4]byte{198, 18, 5, 130}, proto: ProtoTCP, sport: 40000, dport: 443}
+	natReply = testTuple{src: [4]byte{192, 0, 2, 7}, dst: [4]byte{10, 0, 0, 2}, proto: ProtoTCP, sport: 8443, dport: 40000}
 )
 
 const (
@@ -102,7 +102,7 @@ func TestParseConntrackNew(t *testing.T) {
 	}
 	want := ConnEvent{
 		Type:     EventNew,
-		Proto:    protoTCP,
+		Proto:    ProtoTCP,
 		Src:      netip.MustParseAddrPort("10.0.0.2:40000"),
 		Dst:      netip.MustParseAddrPort("198.18.5.130:443"),
 		ReplySrc: netip.MustParseAddrPort("192.0.2.7:8443"),

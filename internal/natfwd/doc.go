@@ -9,3 +9,11 @@
 // needs CAP_NET_ADMIN there. The package never prints: failures are returned
 // as errors and overruns are counted.
 package natfwd
+
+// StatusDstNAT is the ConnEvent.Status bit IPS_DST_NAT of
+// linux/netfilter/nf_conntrack_common.h: the connection's destination was
+// translated (the gateway's kernel forwarded it).
+const StatusDstNAT = 1 << 5
+
+// ProtoTCP is ConnEvent.Proto of a TCP connection.
+const ProtoTCP = 6

@@ -90,7 +90,7 @@ func Setup(virtual netip.Prefix, catchPort uint16) (*Forwarder, error) {
 	c.AddRule(&nftables.Rule{Table: f.table, Chain: pre, Exprs: append(append(daddrIn(virtual), l4protoTCP()...),
 		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, catchPort)},
 		&expr.Redir{RegisterProtoMin: 1})})
-	c.AddRule(&nftables.Rule{Table: f.table, Chain: post, Exprs: append(ctStatus(ipsDstNAT), &expr.Masq{})})
+	c.AddRule(&nftables.Rule{Table: f.table, Chain: post, Exprs: append(ctStatus(StatusDstNAT), &expr.Masq{})})
 	c.AddRule(&nftables.Rule{Table: f.table, Chain: fwd, Exprs: []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
@@ -98,7 +98,7 @@ func Setup(virtual netip.Prefix, catchPort uint16) (*Forwarder, error) {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: nativeUint32(0)},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}})
-	c.AddRule(&nftables.Rule{Table: f.table, Chain: fwd, Exprs: append(ctStatus(ipsDstNAT), &expr.Verdict{Kind: expr.VerdictAccept})})
+	c.AddRule(&nftables.Rule{Table: f.table, Chain: fwd, Exprs: append(ctStatus(StatusDstNAT), &expr.Verdict{Kind: expr.VerdictAccept})})
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("kernel forwarding: installing the ruleset: %w", err)
 	}
@@ -206,7 +206,3 @@ func ctStatus(bit uint32) []expr.Any {
 
 // nativeUint32 is v as the kernel holds ct state and status: host order.
 func nativeUint32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
-
-// ipsDstNAT is IPS_DST_NAT of linux/netfilter/nf_conntrack_common.h: the
-// connection's destination was translated.
-const ipsDstNAT = 1 << 5

@@ -245,7 +245,7 @@ func TestWatchConntrack(t *testing.T) {
 			t.Fatalf("no DESTROY event (NEW seen: %v) after %v; stats %+v", sawNew, time.Since(start), w.Stats())
 		}
 		t.Logf("event %+v", ev)
-		if ev.Proto != protoTCP || ev.Src != src {
+		if ev.Proto != ProtoTCP || ev.Src != src {
 			continue
 		}
 		if ev.Dst != dst || ev.ReplySrc != dst {
