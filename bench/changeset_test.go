@@ -1,3 +1,5 @@
+//go:build linux
+
 package bench
 
 // The changeset benchmark: reviewing and applying what a sandbox in

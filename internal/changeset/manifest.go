@@ -100,7 +100,7 @@ func typeOf(m uint32) Type {
 
 // entryOf makes the Entry of a stat; target is read for a symlink by the caller.
 func entryOf(p string, st *unix.Stat_t) Entry {
-	return Entry{Path: p, Type: typeOf(st.Mode), Mode: modeBits(st.Mode), Size: st.Size, Mtime: st.Mtim.Nano()}
+	return Entry{Path: p, Type: typeOf(uint32(st.Mode)), Mode: modeBits(uint32(st.Mode)), Size: st.Size, Mtime: st.Mtim.Nano()}
 }
 
 // lstatEntry stats one path (no symlink followed); TypeNone when it does not exist.
