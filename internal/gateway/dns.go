@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -23,12 +24,22 @@ const dnsTTL = 5
 // dnsIdleTimeout closes a DNS-over-TCP connection that sends nothing.
 const dnsIdleTimeout = 10 * time.Second
 
+// dnsConcurrency bounds the UDP queries answered at once.
+const dnsConcurrency = 64
+
+// dnsLookupTimeout bounds the upstream lookup behind an answer: less than
+// a client waits for one. A name not resolved by then is answered with the
+// gateway's own address, whose listeners resolve it again.
+const dnsLookupTimeout = 3 * time.Second
+
 // DNS is the sandbox's resolver. It answers A (and AAAA) queries for names
 // the policy allows on some port with the gateway's own address, so the
 // connection comes to the gateway's TLS, HTTP or TCP listeners, which decide
-// it again with its port. Every other query is refused. It never asks an
-// upstream resolver anything: a query for a denied name, and whatever a
-// DNS tunnel hides in it, reaches nobody.
+// it again with its port; or, when the gateway's kernel forwards (Config.
+// Kernel), an A query with the name's virtual address (see kernel.go), for
+// which the gateway resolves the allowed name upstream. Every other query is
+// refused. A query for a denied name, and whatever a DNS tunnel hides in it,
+// reaches nobody.
 type DNS struct {
 	Config *Config
 	// Answer is the gateway's IPv4 address on the sandbox network.
@@ -45,6 +56,9 @@ func (d *DNS) ServeUDP(pc net.PacketConn) error {
 		return errors.New("gateway: DNS.Config and its Log are required")
 	}
 	buf := make([]byte, 65535)
+	// Answering may wait for an upstream lookup (kernel forwarding): a few
+	// queries at once, so one slow name does not hold up the others.
+	busy := make(chan struct{}, dnsConcurrency)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -53,9 +67,14 @@ func (d *DNS) ServeUDP(pc net.PacketConn) error {
 			}
 			return fmt.Errorf("dns: reading a query: %w", err)
 		}
-		if resp := d.safeRespond(from, buf[:n]); resp != nil {
-			_, _ = pc.WriteTo(resp, from) // a client that went away is not the server's problem
-		}
+		query := bytes.Clone(buf[:n])
+		busy <- struct{}{}
+		go func() {
+			defer func() { <-busy }()
+			if resp := d.safeRespond(from, query); resp != nil {
+				_, _ = pc.WriteTo(resp, from) // a client that went away is not the server's problem
+			}
+		}()
 	}
 }
 

@@ -94,7 +94,7 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 	if c.Kernel == nil || c.virtual == nil {
 		return netip.Addr{}, false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, upstreamTimeout)
+	ctx, cancel := context.WithTimeout(ctx, dnsLookupTimeout)
 	defer cancel()
 	addrs, err := c.resolve(ctx, name)
 	if err != nil || len(addrs) == 0 {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
+
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -185,5 +187,51 @@ func TestAllowedPorts(t *testing.T) {
 		if got := c.allowedPorts(name); !slices.Equal(got, want) {
 			t.Errorf("%s: ports %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestDNSVirtualAnswers: over UDP, an allowed name gets its virtual address,
+// a name whose upstream lookup hangs does not hold up the others, and is
+// answered with the gateway's own address once the lookup gives up.
+func TestDNSVirtualAnswers(t *testing.T) {
+	k := &fakeKernel{}
+	c, _ := kernelConfig(t, k, "10.99.0.128/25")
+	release := make(chan struct{})
+	defer close(release)
+	resolve := c.Resolve
+	c.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "slow.wild.test" {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-release:
+			}
+		}
+		return resolve(ctx, host)
+	}
+	c.virtual = newVirtualTable(c.Virtual)
+	d := &DNS{Config: c, Answer: gatewayAddr}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go d.ServeUDP(pc)
+	addr := pc.LocalAddr().String()
+
+	slow := make(chan []byte, 1)
+	go func() { slow <- dnsExchange(t, "udp", addr, dnsQuery(t, 1, "slow.wild.test.", dnsmessage.TypeA, dnsmessage.ClassINET), 10*time.Second) }()
+	time.Sleep(100 * time.Millisecond) // the slow query is first
+	start := time.Now()
+	_, answers := parseResponse(t, dnsExchange(t, "udp", addr, dnsQuery(t, 2, "allowed.test.", dnsmessage.TypeA, dnsmessage.ClassINET), 2*time.Second), 2, 1)
+	if len(answers) != 1 || netip.AddrFrom4(answers[0].Body.(*dnsmessage.AResource).A) != netip.MustParseAddr("10.99.0.129") {
+		t.Fatalf("allowed.test answered with %v, want its virtual address", answers)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("allowed.test waited %v behind a slow lookup", took)
+	}
+	_, answers = parseResponse(t, <-slow, 1, 1)
+	if len(answers) != 1 || netip.AddrFrom4(answers[0].Body.(*dnsmessage.AResource).A) != gatewayAddr {
+		t.Errorf("the name whose lookup gave up answered with %v, want the gateway's own address", answers)
 	}
 }
