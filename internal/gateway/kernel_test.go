@@ -220,7 +220,9 @@ func TestDNSVirtualAnswers(t *testing.T) {
 	addr := pc.LocalAddr().String()
 
 	slow := make(chan []byte, 1)
-	go func() { slow <- dnsExchange(t, "udp", addr, dnsQuery(t, 1, "slow.wild.test.", dnsmessage.TypeA, dnsmessage.ClassINET), 10*time.Second) }()
+	go func() {
+		slow <- dnsExchange(t, "udp", addr, dnsQuery(t, 1, "slow.wild.test.", dnsmessage.TypeA, dnsmessage.ClassINET), 10*time.Second)
+	}()
 	time.Sleep(100 * time.Millisecond) // the slow query is first
 	start := time.Now()
 	_, answers := parseResponse(t, dnsExchange(t, "udp", addr, dnsQuery(t, 2, "allowed.test.", dnsmessage.TypeA, dnsmessage.ClassINET), 2*time.Second), 2, 1)
