@@ -223,7 +223,7 @@ func (a *app) kernelForwarding(ctx context.Context, cfg *gateway.Config, virtual
 				if !ok {
 					start = time.Now()
 				}
-				cfg.LogForwarded(gateway.Conn{Start: start, End: time.Now(), Client: ev.Src, Dst: ev.Dst, Upstream: ev.ReplySrc,
+				cfg.LogForwarded(gateway.Conn{Start: start, Client: ev.Src, Dst: ev.Dst, Upstream: ev.ReplySrc,
 					BytesUp: int64(ev.BytesOrig), BytesDown: int64(ev.BytesReply)})
 			}
 		})

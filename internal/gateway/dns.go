@@ -233,14 +233,8 @@ func nameDecision(p egress.Policy, name string) egress.Decision {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return egress.Decision{Reason: "an address is not a name to resolve"}
 	}
-	ports := []uint16{443, 80}
-	for _, r := range p.Allow {
-		if r.Host != "" && r.Port != 0 {
-			ports = append(ports, r.Port)
-		}
-	}
 	var first egress.Decision
-	for i, port := range ports {
+	for i, port := range namePorts(p) {
 		dec := p.Decide(host, port)
 		if dec.Allowed {
 			return dec
@@ -250,4 +244,16 @@ func nameDecision(p egress.Policy, name string) egress.Decision {
 		}
 	}
 	return first
+}
+
+// namePorts are the ports a name may be allowed on: 443 and 80 (the ports of
+// a rule without one), then the port of each allow rule that names one.
+func namePorts(p egress.Policy) []uint16 {
+	ports := []uint16{443, 80}
+	for _, r := range p.Allow {
+		if r.Host != "" && r.Port != 0 {
+			ports = append(ports, r.Port)
+		}
+	}
+	return ports
 }

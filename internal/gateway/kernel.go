@@ -35,12 +35,12 @@ type Kernel interface {
 // Conn is a connection the kernel forwarded, as its connection tracking
 // reports it once it has ended.
 type Conn struct {
-	Start, End time.Time
-	Client     netip.AddrPort // the sandbox side
-	Dst        netip.AddrPort // the virtual address and port the client dialled
-	Upstream   netip.AddrPort // where the kernel sent it
-	BytesUp    int64
-	BytesDown  int64
+	Start     time.Time
+	Client    netip.AddrPort // the sandbox side
+	Dst       netip.AddrPort // the virtual address and port the client dialled
+	Upstream  netip.AddrPort // where the kernel sent it
+	BytesUp   int64
+	BytesDown int64
 }
 
 // virtualTable maps names to virtual addresses, reusing the least recently
@@ -74,8 +74,12 @@ func newVirtualTable(p netip.Prefix) *virtualTable {
 	return t
 }
 
-// name is the name a virtual address was last given to.
+// name is the name a virtual address was last given to; a nil table (no
+// kernel forwarding) has none.
 func (t *virtualTable) name(a netip.Addr) (string, bool) {
+	if t == nil {
+		return "", false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v, ok := t.byAddr[a.Unmap()]
@@ -139,9 +143,11 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 	if v.upstream != up || !slices.Equal(v.ports, ports) {
 		if err := c.Kernel.Forward(v.addr, ports, up); err != nil {
 			// Forget the mapping: the kernel's state is unknown, and the
-			// user-space path serves the name.
+			// user-space path serves the name. The address is free again
+			// (the next Forward of it replaces whatever it forwards).
 			delete(t.byName, name)
-			v.name, v.upstream, v.ports = "", netip.Addr{}, nil
+			delete(t.byAddr, v.addr)
+			t.free = append(t.free, v.addr)
 			return netip.Addr{}, false, nil
 		}
 		v.upstream, v.ports = up, ports
@@ -152,14 +158,8 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 // allowedPorts are the ports the policy allows name on: 80 and 443 by a rule
 // without a port, and each port a rule names.
 func (c *Config) allowedPorts(name string) []uint16 {
-	candidates := []uint16{80, 443}
-	for _, r := range c.Policy.Allow {
-		if r.Port != 0 {
-			candidates = append(candidates, r.Port)
-		}
-	}
 	var ports []uint16
-	for _, p := range candidates {
+	for _, p := range namePorts(c.Policy) {
 		if !slices.Contains(ports, p) && c.Policy.Decide(name, p).Allowed {
 			ports = append(ports, p)
 		}
@@ -171,10 +171,7 @@ func (c *Config) allowedPorts(name string) []uint16 {
 // LogForwarded logs a connection the kernel forwarded: the name its virtual
 // address stood for, decided again (it was allowed when it was set up).
 func (c *Config) LogForwarded(k Conn) {
-	name, ok := "", false
-	if c.virtual != nil {
-		name, ok = c.virtual.name(k.Dst.Addr())
-	}
+	name, ok := c.virtual.name(k.Dst.Addr())
 	if !ok {
 		name = k.Dst.Addr().String()
 	}
@@ -201,10 +198,7 @@ func (c *Config) ServeCatch(l net.Listener) error {
 			c.resetRefused(conn, Entry{Via: "nat", Reason: "no destination", Error: err.Error()})
 			return
 		}
-		name, ok := "", false
-		if c.virtual != nil {
-			name, ok = c.virtual.name(dst.Addr())
-		}
+		name, ok := c.virtual.name(dst.Addr())
 		if !ok {
 			c.resetRefused(conn, Entry{Via: "nat", Host: dst.Addr().String(), Port: dst.Port(), Reason: "no name resolves to " + dst.Addr().String()})
 			return
