@@ -170,14 +170,6 @@ func (f *Forwarder) Original(conn net.Conn) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), port), nil
 }
 
-// Close removes the ruleset.
-func (f *Forwarder) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.conn.DelTable(f.table)
-	return f.conn.Flush()
-}
-
 // daddrIn matches an IPv4 destination in p.
 func daddrIn(p netip.Prefix) []expr.Any {
 	mask := net.CIDRMask(p.Bits(), 32)

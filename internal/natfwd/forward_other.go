@@ -18,6 +18,3 @@ func (f *Forwarder) Forward(netip.Addr, []uint16, netip.Addr) error { return err
 
 // Original fails: kernel forwarding needs Linux.
 func (f *Forwarder) Original(net.Conn) (netip.AddrPort, error) { return netip.AddrPort{}, errNotLinux }
-
-// Close does nothing.
-func (f *Forwarder) Close() error { return nil }
