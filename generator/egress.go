@@ -221,10 +221,10 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 
 // kernelForwarding reports whether the gateway forwards allowed names in
 // its kernel: not under a bandwidth cap, which only its user-space relay
-// enforces, and not on Podman, whose user namespace mapping (keep-id) would
-// make its root the user.
+// enforces, and not on Podman (whose keep-id mapping, KeepID, comes only
+// with it), which refuses allowlists anyway.
 func kernelForwarding(p *profile.Profile, h Host) bool {
-	return p.Network.Bandwidth == "" && !h.Podman && !h.KeepID
+	return p.Network.Bandwidth == "" && !h.Podman
 }
 
 // ResolvConfName is the file, in Host.ResolvDir, that points a sandbox's DNS
