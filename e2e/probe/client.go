@@ -264,29 +264,46 @@ func fetch(args []string) {
 	}
 }
 
-// download measures one GET's throughput. The timeout bounds connecting,
-// the headers and each wait for more of the body, not the whole transfer.
+// download measures the throughput of one GET, or of N one after another
+// (each on a new connection, as a new process would make it), a line each.
+// The timeout bounds connecting, the headers and each wait for more of the
+// body, not the whole transfer.
 func download(args []string) {
 	o, args := parse("download", args, 1, 5*time.Second, true)
+	n := 1
+	if len(args) > 1 {
+		var err error
+		if n, err = strconv.Atoi(args[1]); err != nil || n < 1 {
+			fail(fmt.Errorf("download: N %q is not a positive number", args[1]))
+		}
+	}
+	c := client(o)
+	buf := make([]byte, 256<<10)
+	for range n {
+		total, sec := downloadOnce(c, o, args[0], buf)
+		fmt.Printf("bytes %d seconds %.6f\n", total, sec)
+	}
+}
+
+func downloadOnce(c *http.Client, o options, url string, buf []byte) (int64, float64) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	check(err)
 	stall := fmt.Errorf("nothing received for %v", o.timeout)
 	timer := time.AfterFunc(o.timeout, func() { cancel(stall) })
 	defer timer.Stop()
 	start := time.Now()
-	resp, err := client(o).Do(req)
+	resp, err := c.Do(req)
 	if err != nil && context.Cause(ctx) != nil {
-		err = fmt.Errorf("GET %s: %w", args[0], context.Cause(ctx))
+		err = fmt.Errorf("GET %s: %w", url, context.Cause(ctx))
 	}
 	check(err)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		fail(fmt.Errorf("GET %s: %s", args[0], resp.Status))
+		fail(fmt.Errorf("GET %s: %s", url, resp.Status))
 	}
 	timer.Reset(o.timeout)
-	buf := make([]byte, 256<<10)
 	var total int64
 	for {
 		n, err := resp.Body.Read(buf)
@@ -302,7 +319,7 @@ func download(args []string) {
 			fail(fmt.Errorf("reading the body after %d bytes: %w", total, err))
 		}
 	}
-	fmt.Printf("bytes %d seconds %.6f\n", total, time.Since(start).Seconds())
+	return total, time.Since(start).Seconds()
 }
 
 // latency times n GETs, each on a connection of its own, and prints the

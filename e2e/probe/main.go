@@ -22,7 +22,7 @@
 //	                              one raw query over UDP (waits 2s), print "rcode RCODE" then one address a line
 //	probe resolve NAME            look NAME up with the system resolver (/etc/resolv.conf), one address a line
 //	probe fetch URL               GET, print "status N" then the first 4 KiB of the body; --fail: then exit 1 unless 2xx
-//	probe download URL            GET, discard the body, print "bytes N seconds S"; --timeout bounds each wait, not the whole
+//	probe download URL [N]        GET (N times, default 1), discard the body, print "bytes N seconds S" a GET; --timeout bounds each wait, not the whole
 //	probe latency N URL           N GETs, each on a new connection, print "p50_us X p99_us Y n N"
 //
 // fetch, download and latency take the proxy from HTTP_PROXY, HTTPS_PROXY and
