@@ -48,6 +48,7 @@ import (
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/testenv"
+	"github.com/propio/propio-sandbox/internal/testenv/zeros"
 )
 
 const (
@@ -255,32 +256,12 @@ func serveOnHost(t *testing.T) int {
 	if err != nil {
 		t.Fatalf("listening on the engine's bridge address %q: %v", addr, err)
 	}
-	zeros := make([]byte, 256<<10)
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, ok := strings.CutPrefix(r.URL.Path, "/bytes/")
-		if !ok {
-			fmt.Fprintln(w, "host http", r.Host, r.URL.Path)
+		if s, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+			zeros.Serve(w, r, s)
 			return
 		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			http.Error(w, "bad byte count", http.StatusBadRequest)
-			return
-		}
-		rate, _ := strconv.ParseInt(r.URL.Query().Get("rate"), 10, 64)
-		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-		start, sent := time.Now(), int64(0)
-		for n > 0 {
-			chunk := zeros[:min(n, int64(len(zeros)))]
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			n -= int64(len(chunk))
-			sent += int64(len(chunk))
-			if rate > 0 {
-				time.Sleep(time.Until(start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))))
-			}
-		}
+		fmt.Fprintln(w, "host http", r.Host, r.URL.Path)
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv/zeros"
 )
 
 // The ports "probe serve" listens on.
@@ -26,9 +28,6 @@ var (
 	tcpPorts = []int{22, 7}
 	udpPorts = []int{53, 9}
 )
-
-// zeros is what GET /bytes/N sends, as often as it takes.
-var zeros = make([]byte, 256<<10)
 
 var sayMu sync.Mutex
 
@@ -105,28 +104,7 @@ func handler(name string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		say("http %s %s from %s", r.Host, r.URL.Path, r.RemoteAddr)
 		if s, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n < 0 {
-				http.Error(w, "bad byte count", http.StatusBadRequest)
-				return
-			}
-			// ?rate=B paces the body at B bytes a second, as a link of that
-			// speed would.
-			rate, _ := strconv.ParseInt(r.URL.Query().Get("rate"), 10, 64)
-			w.Header().Set("Content-Type", "application/octet-stream")
-			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-			start, sent := time.Now(), int64(0)
-			for n > 0 {
-				chunk := zeros[:min(n, int64(len(zeros)))]
-				if _, err := w.Write(chunk); err != nil {
-					return
-				}
-				n -= int64(len(chunk))
-				sent += int64(len(chunk))
-				if rate > 0 {
-					time.Sleep(time.Until(start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))))
-				}
-			}
+			zeros.Serve(w, r, s)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
