@@ -26,9 +26,9 @@ package bench
 // Also: the same against a server paced at 1 Gbit/s, as over a real link;
 // latency of requests on new connections, p50 and p99, through the gateway
 // against the open sandbox and against the same-network container (target:
-// p50 added under 1 ms, against both); the explicit proxy's; and the launch of an allowlist
-// sandbox against docker run --rm. The only servers are the ones the
-// benchmark starts.
+// p50 added under 1 ms, against both); the explicit proxy's; and the launch
+// of an allowlist sandbox against docker run --rm. The only servers are the
+// ones the benchmark starts.
 
 import (
 	"context"
@@ -71,7 +71,7 @@ const (
 
 func TestEgress(t *testing.T) {
 	if os.Getenv("PROPIO_BENCH") != "1" {
-		t.Skip("egress benchmark: set PROPIO_BENCH=1 to run it (about three minutes)")
+		t.Skip("egress benchmark: set PROPIO_BENCH=1 to run it (about two minutes)")
 	}
 	rounds := 10
 	if v := os.Getenv("PROPIO_BENCH_N"); v != "" {
