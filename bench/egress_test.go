@@ -43,6 +43,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestEgress(t *testing.T) {
 		}
 	}
 	launcher := testenv.RequireEngine(t)
-	if v, _ := testenv.Docker("version", "--format", "{{range .Server.Components}}{{.Name}} {{end}}"); strings.Contains(v, "Podman") {
+	if testenv.EnginePodman(t) {
 		t.Skip("egress benchmark: the gateway forwards in the kernel on Docker only; Podman's relays in user space")
 	}
 	inet := "propio-bench-inet-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
@@ -286,15 +287,11 @@ func startSandbox(t *testing.T, launcher, ws, profile string, env []string) sand
 		cancel()
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			run.Process.Signal(os.Interrupt)
-			run.Wait()
-			cancel()
-		}
-	}
+	stop := sync.OnceFunc(func() {
+		run.Process.Signal(os.Interrupt)
+		run.Wait()
+		cancel()
+	})
 	t.Cleanup(stop)
 	return sandbox{workspace: ws, agent: waitAgent(t, ws), stop: stop}
 }

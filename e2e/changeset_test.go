@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // seed is the workspace every changeset test starts from.
@@ -703,7 +705,7 @@ func TestChangesetAllowlist(t *testing.T) {
 	for _, mode := range changesetModes {
 		t.Run(mode, func(t *testing.T) {
 			s := changesetSandbox(t, mode)
-			if enginePodman(t) {
+			if testenv.EnginePodman(t) {
 				t.Skip("network.mode allowlist does not run on Podman")
 			}
 			p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/propio/propio-sandbox/internal/testenv"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -76,7 +77,7 @@ func TestSSHAgentForwarding(t *testing.T) {
 	priv, sshPub := testKey(t)
 	// On Docker the sandbox goes through an allowlist gateway; Podman runs
 	// no allowlist, so there it shares the default network with the server.
-	podman := enginePodman(t)
+	podman := testenv.EnginePodman(t)
 	var srv *sshServer
 	host, netYAML := sshServerAlias, "network:\n  mode: allowlist\n  allow: [\""+sshServerAlias+":22\"]\n"
 	if podman {
@@ -159,16 +160,6 @@ func TestSSHAgentForwarding(t *testing.T) {
 			t.Fatalf("ssh_agent on without an agent must stop before anything is created:\n%s\nleft: %v", r, s.Leftovers())
 		}
 	})
-}
-
-// enginePodman reports whether the tests' engine is Podman.
-func enginePodman(t *testing.T) bool {
-	t.Helper()
-	out, err := docker("version", "--format", "{{range .Server.Components}}{{.Name}} {{end}}")
-	if err != nil {
-		t.Fatalf("docker version: %v", err)
-	}
-	return strings.Contains(out, "Podman")
 }
 
 // TestExtraMounts: PROPIO_SANDBOX_MOUNTS adds mounts for one launch,

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // isolationWriteFile writes a host file, making its directory.
@@ -106,7 +108,7 @@ func TestIsolationOwnership(t *testing.T) {
 		}
 		const id = 4242
 		s := newSandbox(t)
-		if enginePodman(t) {
+		if testenv.EnginePodman(t) {
 			// CI's Podman is rootful, as the launcher runs as root there: a
 			// rootless Podman for uid 4242 needs what this machine does not
 			// give an unprivileged user (a writable /dev/net/tun for its

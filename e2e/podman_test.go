@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestPodmanAllowlistRefused: on Podman an allowlist sandbox is refused
@@ -17,7 +19,7 @@ import (
 // CI runs this file's tests with DOCKER_HOST at Podman's socket.
 func TestPodmanAllowlistRefused(t *testing.T) {
 	s := newSandbox(t)
-	if !enginePodman(t) {
+	if !testenv.EnginePodman(t) {
 		t.Skip("the engine is Docker: .ci/run runs this test on Podman")
 	}
 	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
@@ -35,7 +37,7 @@ func TestPodmanAllowlistRefused(t *testing.T) {
 // system service` there for the run and stops it afterwards.
 func TestPodmanServiceStarted(t *testing.T) {
 	s := newSandbox(t)
-	if !enginePodman(t) {
+	if !testenv.EnginePodman(t) {
 		t.Skip("the engine is Docker: .ci/run runs this test on Podman")
 	}
 	sock := filepath.Join(t.TempDir(), "podman.sock")

@@ -194,3 +194,13 @@ func Docker(args ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// EnginePodman reports whether the tests' engine is Podman.
+func EnginePodman(tb testing.TB) bool {
+	tb.Helper()
+	out, err := Docker("version", "--format", "{{range .Server.Components}}{{.Name}} {{end}}")
+	if err != nil {
+		tb.Fatalf("docker version: %v", err)
+	}
+	return strings.Contains(out, "Podman")
+}
