@@ -1,0 +1,366 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Item is one thing Check did to what the sandbox left.
+type Item struct {
+	Root   string // the root's name
+	Source string // the root's host directory
+	Path   string // relative to the root
+	Action string // what was done
+	Why    string // why git (or the host) would have run it
+	Where  string // where it was put aside, if it was
+}
+
+func (it Item) String() string {
+	s := fmt.Sprintf("%s: %s (%s)", filepath.Join(it.Source, it.Path), it.Action, it.Why)
+	if it.Where != "" {
+		s += ": now in " + it.Where
+	}
+	return s
+}
+
+// Report is what Check did, and what it could not do.
+type Report struct {
+	Items  []Item
+	Errors []error
+}
+
+// Err is the report's errors joined, or nil.
+func (r Report) Err() error { return errors.Join(r.Errors...) }
+
+// Actions for Item.
+const (
+	PutAside     = "put aside"
+	Cleaned      = "kept without the settings git would run"
+	SetIDRemoved = "setuid/setgid bits removed"
+	NodeRemoved  = "device node removed"
+)
+
+// Check judges, once the sandbox has ended, what it left in the plan's
+// roots: what git on the host would run is put aside under
+// quarantine/PROJECT/ROOT/PATH (never deleted), setuid and setgid bits the
+// sandbox set are removed, device nodes it made are removed. Only what
+// changed since the plan's start is judged. Roots in changeset mode are
+// left alone: nothing reached them (apply calls Sweep).
+func (p Plan) Check(quarantine string) Report {
+	c := &checker{since: p.Started, quarantine: filepath.Join(quarantine, p.Project)}
+	for _, rp := range p.Roots {
+		if rp.Changeset {
+			continue
+		}
+		for _, rel := range rp.Absent {
+			if c.touched(rp.Source, rel) {
+				c.putAside(rp.Root, rel, "git would read it, and it did not exist (or was a link) when the sandbox started")
+			}
+		}
+		c.sweep(rp.Root, rp.Protected)
+	}
+	return c.report
+}
+
+// Sweep judges a root as Check does, for what changed since: it is for
+// what a changeset apply wrote, where no surface was held (the apply is
+// the user's, but what it writes is the sandbox's).
+func Sweep(root Root, since time.Time, quarantine, id string) Report {
+	c := &checker{since: since.Add(-time.Second), quarantine: filepath.Join(quarantine, id)}
+	c.sweep(root, nil)
+	return c.report
+}
+
+type checker struct {
+	since      time.Time
+	quarantine string
+	report     Report
+}
+
+func (c *checker) fail(err error) { c.report.Errors = append(c.report.Errors, err) }
+
+func (c *checker) did(r Root, rel, action, why, where string) {
+	c.report.Items = append(c.report.Items, Item{Root: r.Name, Source: r.Source, Path: rel, Action: action, Why: why, Where: where})
+}
+
+// touched reports whether root/rel changed since the start (its inode's
+// ctime, which no one can set back), or, for a link inside the root, the
+// entry it leads to did.
+func (c *checker) touched(root, rel string) bool {
+	st, err := lstat(root, rel)
+	if err != nil {
+		return false
+	}
+	if !st.ctime.Before(c.since) {
+		return true
+	}
+	if st.mode&fs.ModeSymlink != 0 {
+		if target, ok := resolveLink(root, rel); ok {
+			if tst, err := lstat(root, target); err == nil && !tst.ctime.Before(c.since) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resolveLink follows the link root/rel inside the root (at most 40 links)
+// and returns where it leads, relative to the root; ok is false when it
+// leaves the root or does not resolve.
+func resolveLink(root, rel string) (string, bool) {
+	cur := rel
+	for range 40 {
+		st, err := lstat(root, cur)
+		if err != nil {
+			return "", false
+		}
+		if st.mode&fs.ModeSymlink == 0 {
+			return cur, true
+		}
+		target, err := os.Readlink(filepath.Join(root, cur))
+		if err != nil || filepath.IsAbs(target) {
+			return "", false
+		}
+		next := path.Join(path.Dir(cur), filepath.ToSlash(target))
+		if next == ".." || strings.HasPrefix(next, "../") {
+			return "", false
+		}
+		cur = next
+	}
+	return "", false
+}
+
+// putAside moves root/rel into the quarantine.
+func (c *checker) putAside(r Root, rel, why string) {
+	dest, err := c.destination(r, rel)
+	if err == nil {
+		err = moveOut(r.Source, rel, dest)
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("putting aside %s: %w", filepath.Join(r.Source, rel), err))
+		return
+	}
+	c.did(r, rel, PutAside, why, dest)
+}
+
+// destination is a free path for root/rel in the quarantine, its parent made.
+func (c *checker) destination(r Root, rel string) (string, error) {
+	dest := filepath.Join(c.quarantine, r.Name, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
+		return "", err
+	}
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(dest); errors.Is(err, fs.ErrNotExist) {
+			return dest, nil
+		}
+		dest = filepath.Join(c.quarantine, r.Name, filepath.FromSlash(rel)) + "." + strconv.Itoa(i)
+	}
+}
+
+// sweep walks the root, never following a link, and judges every git
+// directory (but the protected ones, whose surface the sandbox could not
+// change), every .git entry, and the files' setuid bits and device nodes.
+func (c *checker) sweep(r Root, protected []string) {
+	err := filepath.WalkDir(r.Source, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		rel, rerr := filepath.Rel(r.Source, p)
+		if rerr != nil {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		switch t := d.Type(); {
+		case t.IsDir():
+			// A quick look first (most directories have no HEAD); the
+			// judgement itself goes through no link.
+			if _, err := os.Lstat(filepath.Join(p, "HEAD")); err == nil && isGitDir(r.Source, rel) {
+				if !slices.Contains(protected, rel) {
+					c.gitDir(r, rel)
+				}
+				c.inProgress(r, rel)
+			}
+		case d.Name() == ".git" && c.touched(r.Source, rel):
+			c.dotGit(r, rel, t)
+		case t&fs.ModeDevice != 0 && c.touched(r.Source, rel):
+			if err := remove(r.Source, rel); err != nil {
+				c.fail(err)
+			} else {
+				c.did(r, rel, NodeRemoved, "a device node made in the sandbox opens a device of the host", "")
+			}
+		case t.IsRegular():
+			if fi, err := d.Info(); err == nil && fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+				c.setID(r, rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.fail(fmt.Errorf("checking %s: %w", r.Source, err))
+	}
+}
+
+// setID removes the setuid and setgid bits of a file the sandbox changed:
+// run on the host, it would run as its owner (root, when the sandbox ran as
+// root on a rootful engine).
+func (c *checker) setID(r Root, rel string) {
+	st, err := lstat(r.Source, rel)
+	if err != nil || st.mode&(fs.ModeSetuid|fs.ModeSetgid) == 0 || st.ctime.Before(c.since) {
+		return
+	}
+	if err := clearSetID(r.Source, rel, st); err != nil {
+		c.fail(err)
+		return
+	}
+	c.did(r, rel, SetIDRemoved, "a setuid or setgid file runs as its owner for whoever starts it on the host", "")
+}
+
+// dotGit judges a .git file or link the sandbox made or changed: git
+// follows it to a git directory, which must be one inside the root (judged
+// by the sweep in turn).
+func (c *checker) dotGit(r Root, rel string, t fs.FileMode) {
+	switch {
+	case t&fs.ModeSymlink != 0:
+		target, ok := resolveLink(r.Source, rel)
+		if !ok || !isGitDir(r.Source, target) {
+			c.putAside(r, rel, "a .git link that does not lead to a git directory inside "+r.Name)
+		}
+	case t.IsRegular():
+		dir, ok := gitFileTarget(r.Source, rel)
+		if ok && (dir == "" || !isGitDir(r.Source, dir)) {
+			c.putAside(r, rel, "a .git file whose gitdir is not a git directory inside "+r.Name)
+		}
+	}
+}
+
+// gitDir judges a git directory the sandbox could change: its
+// configuration keeps only what runs nothing, new hooks and links go aside,
+// and commondir must lead to a git directory inside the root.
+func (c *checker) gitDir(r Root, gd string) {
+	if rel := path.Join(gd, "config"); c.touched(r.Source, rel) {
+		c.config(r, rel)
+	}
+	hooks := path.Join(gd, "hooks")
+	if st, err := lstat(r.Source, hooks); err == nil {
+		switch {
+		case st.mode&fs.ModeSymlink != 0 || !st.mode.IsDir():
+			if c.touched(r.Source, hooks) {
+				c.putAside(r, hooks, "git runs the hooks it finds there")
+			}
+		default:
+			names, err := readDir(r.Source, hooks)
+			if err != nil {
+				c.fail(err)
+			}
+			slices.Sort(names)
+			for _, n := range names {
+				rel := path.Join(hooks, n)
+				if !strings.HasSuffix(n, ".sample") && c.touched(r.Source, rel) {
+					c.putAside(r, rel, "git runs it as a hook")
+				}
+			}
+		}
+	}
+	if rel := path.Join(gd, "commondir"); c.touched(r.Source, rel) {
+		if target, ok := c.commondir(r, rel); !ok {
+			c.putAside(r, rel, "git takes its configuration and hooks from the directory it names"+target)
+		}
+	}
+	if rel := path.Join(gd, "config.worktree"); c.touched(r.Source, rel) {
+		c.putAside(r, rel, "git reads it as configuration")
+	}
+}
+
+// commondir reports whether the commondir file names a git directory
+// inside the root.
+func (c *checker) commondir(r Root, rel string) (string, bool) {
+	data, err := readFile(r.Source, rel)
+	if err != nil {
+		return "", false
+	}
+	target := strings.TrimRight(strings.TrimSpace(string(data)), "\r\n")
+	var abs string
+	if filepath.IsAbs(target) {
+		abs = filepath.Clean(target)
+	} else {
+		abs = filepath.Join(r.Source, path.Dir(rel), target)
+	}
+	in, err := filepath.Rel(r.Source, abs)
+	if err != nil || in == ".." || strings.HasPrefix(in, "../") {
+		return " (" + target + ", outside)", false
+	}
+	return "", isGitDir(r.Source, filepath.ToSlash(in))
+}
+
+// config keeps a changed configuration's safe settings: the original goes
+// into the quarantine, a copy with only what runs nothing takes its place.
+func (c *checker) config(r Root, rel string) {
+	st, err := lstat(r.Source, rel)
+	if err != nil {
+		return
+	}
+	if !st.mode.IsRegular() {
+		c.putAside(r, rel, "git reads it as configuration, and it is a "+st.mode.Type().String()+", not a file")
+		return
+	}
+	data, err := readFile(r.Source, rel)
+	if err != nil {
+		c.putAside(r, rel, "git reads it as configuration, and it cannot be checked: "+err.Error())
+		return
+	}
+	clean, dropped := sanitizeConfig(data)
+	if len(dropped) == 0 {
+		return
+	}
+	dest, err := c.destination(r, rel)
+	if err == nil {
+		err = os.WriteFile(dest, data, 0o600)
+	}
+	if err == nil {
+		err = replaceFile(r.Source, rel, clean, 0o644)
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("cleaning %s: %w", filepath.Join(r.Source, rel), err))
+		return
+	}
+	c.did(r, rel, Cleaned, "it set "+strings.Join(dropped, ", "), dest)
+}
+
+// inProgress puts aside a rebase or cherry-pick left in progress whose
+// list of steps the sandbox changed to run a command (git rebase
+// --continue would run it).
+func (c *checker) inProgress(r Root, gd string) {
+	for _, todo := range []string{"rebase-merge/git-rebase-todo", "sequencer/todo"} {
+		rel := path.Join(gd, todo)
+		if !c.touched(r.Source, rel) {
+			continue
+		}
+		data, err := readFile(r.Source, rel)
+		if err == nil && !hasExec(string(data)) {
+			continue
+		}
+		c.putAside(r, path.Dir(rel), "its list of steps runs commands when it is continued")
+	}
+}
+
+// hasExec reports whether a rebase todo list has an exec step.
+func hasExec(todo string) bool {
+	for _, line := range strings.Split(todo, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && (f[0] == "x" || f[0] == "exec") {
+			return true
+		}
+	}
+	return false
+}
