@@ -81,6 +81,19 @@ type Host struct {
 	// in mode changeset; nil when there is none (render, declared checks),
 	// and those directories are then mounted read-only.
 	Changeset *Changeset
+	// Guard are the paths below the writable directories that the launch
+	// mounts whatever the profile says (internal/guard): each git directory
+	// on itself, so that the sandbox can neither rename nor replace it, and
+	// git's executable surface read-only.
+	Guard []GuardPath
+}
+
+// GuardPath is a path below a directory the sandbox may write, mounted
+// beyond the profile's rules.
+type GuardPath struct {
+	Root     string // WorkspaceMount, "mount-I" (the profile's mounts[I]) or "extra-I" (ExtraMounts[I])
+	Path     string // relative to the root, with forward slashes
+	ReadOnly bool
 }
 
 // Match is a workspace entry matched by a readonly or hide pattern.
@@ -196,6 +209,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		svc.Tmpfs = podmanTmpfs(tmpfs)
 	}
 	credentials(p, h, &svc)
+	guardMounts(p, h, &svc)
 
 	labels := types.Labels{
 		LabelProfile:   profileLabel(p),
@@ -512,4 +526,52 @@ func ProjectName(workspace, suffix string) string {
 		name += "-" + suffix
 	}
 	return name
+}
+
+// guardMounts adds the guard's paths, each below its root, unless a mount
+// of the profile is there already (a hidden or read-only path is read-only
+// already) or a hidden directory covers it.
+func guardMounts(p *profile.Profile, h Host, svc *types.ServiceConfig) {
+	taken := map[string]bool{}
+	for _, v := range svc.Volumes {
+		taken[v.Target] = true
+	}
+	var hidden []string
+	for _, t := range svc.Tmpfs {
+		dst, _, _ := strings.Cut(t, ":")
+		taken[dst] = true
+		hidden = append(hidden, dst)
+	}
+	for _, g := range h.Guard {
+		src, dst, ok := guardRoot(p, h, g.Root)
+		if !ok {
+			continue
+		}
+		src = filepath.Join(src, filepath.FromSlash(g.Path))
+		dst = path.Join(dst, g.Path)
+		covered := taken[dst]
+		for _, d := range hidden {
+			covered = covered || strings.HasPrefix(dst, d+"/")
+		}
+		if covered {
+			continue
+		}
+		taken[dst] = true
+		svc.Volumes = append(svc.Volumes, bind(src, dst, g.ReadOnly))
+	}
+}
+
+// guardRoot is the host directory and the sandbox path of a guard root.
+func guardRoot(p *profile.Profile, h Host, name string) (src, dst string, ok bool) {
+	if name == WorkspaceMount {
+		return h.Workspace, path.Clean(p.Workspace.Target), true
+	}
+	if i, err := strconv.Atoi(strings.TrimPrefix(name, "mount-")); err == nil && strings.HasPrefix(name, "mount-") && i < len(p.Mounts) {
+		m := p.Mounts[i]
+		return MountSource(m, h), path.Clean(profile.Expand(m.Target, h.Vars())), true
+	}
+	if i, err := strconv.Atoi(strings.TrimPrefix(name, "extra-")); err == nil && strings.HasPrefix(name, "extra-") && i < len(h.ExtraMounts) {
+		return h.ExtraMounts[i].Source, h.ExtraMounts[i].Target, true
+	}
+	return "", "", false
 }

@@ -59,11 +59,17 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 	}
 	// The workspace's readonly and hide matches come from a real tree, matched
 	// by the code that matches real workspaces.
-	matches, err := hostinfo.Match(fixtureWorkspace(t), p.Workspace.ReadOnly, p.Workspace.Hide)
+	ws := fixtureWorkspace(t)
+	matches, err := hostinfo.Match(ws, p.Workspace.ReadOnly, p.Workspace.Hide)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.Matches = matches
+	// And so does the guard's scan of its git directory.
+	scanned := h
+	scanned.Workspace = ws
+	hostinfo.Guard(p, &scanned)
+	h.Guard = scanned.Guard
 	for _, m := range p.Mounts {
 		if src := generator.MountSource(m, h); !strings.Contains(src, "missing") {
 			h.Exists[src] = true

@@ -53,7 +53,7 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 						return err
 					}
 				}
-				gen, err := e.generate(p)
+				gen, _, err := e.generate(p)
 				if err != nil {
 					return err
 				}

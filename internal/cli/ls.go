@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/spf13/cobra"
 )
 
@@ -57,10 +59,15 @@ func newGC(a *app) *cobra.Command {
 		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var removed []string
-			err := a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
-				removed, err = eng.GC(ctx)
+			dirs, err := hostinfo.UserDirs()
+			if err != nil {
 				return err
+			}
+			var removed []string
+			err = a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
+				removed, err = eng.GC(ctx)
+				// What those sandboxes left, judged now that they are gone.
+				return errors.Join(err, a.checkPending(ctx, eng, dirs))
 			})
 			for _, p := range removed {
 				fmt.Fprintf(a.stdout, "removed %s\n", p)

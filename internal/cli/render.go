@@ -13,6 +13,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
+	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
@@ -44,7 +45,12 @@ The output is deterministic and loads with any Compose implementation.`,
 			// Podman's options differ; render shows them when the engine is
 			// named (it does not ask an engine which one it is).
 			podman := func(h *generator.Host) { h.Podman = cmp.Or(a.engine, p.Engine) == engine.Podman }
-			project, err := e.project(p, o, podman)
+			gen, plan, err := e.generate(p)
+			if err != nil {
+				return err
+			}
+			a.warnGuard(plan)
+			project, err := gen(o, podman)
 			if err != nil {
 				return err
 			}
@@ -81,7 +87,7 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 // project gathers the host facts p needs and generates its Compose project;
 // adjust adds what the launch found out itself (a forwarded SSH agent).
 func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
-	gen, err := e.generate(p)
+	gen, _, err := e.generate(p)
 	if err != nil {
 		return nil, err
 	}
@@ -93,18 +99,20 @@ func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*ge
 type generateFunc func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error)
 
 // generate gathers the host facts p needs (the workspace walk for its
-// patterns, the account files, the extra mounts) once, for every project a
-// launch generates: the first, the one with the gateway's network, those of
-// the declared checks.
-func (e env) generate(p *profile.Profile) (generateFunc, error) {
+// patterns, the account files, the extra mounts, the guard's scan of the
+// git directories) once, for every project a launch generates: the first,
+// the one with the gateway's network, those of the declared checks. The
+// guard's plan is for run to prepare and check.
+func (e env) generate(p *profile.Profile) (generateFunc, *guard.Plan, error) {
 	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
 	var me *hostinfo.MountsError
 	if errors.As(err, &me) {
-		return nil, withHint(err, "write "+me.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")
+		return nil, nil, withHint(err, "write "+me.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	plan := hostinfo.Guard(p, &host)
 	return func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
 		h := host // the adjustments change only fields of its own
 		for _, f := range adjust {
@@ -112,7 +120,7 @@ func (e env) generate(p *profile.Profile) (generateFunc, error) {
 		}
 		// Its errors name the profile file, line and column already.
 		return generator.Generate(p, h, o)
-	}, nil
+	}, &plan, nil
 }
 
 // Environment variables that change where the allowlist gateway comes from

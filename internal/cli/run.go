@@ -121,7 +121,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
 		}
 	}
-	gen, err := e.generate(p)
+	gen, plan, err := e.generate(p)
 	if err != nil {
 		return err
 	}
@@ -129,8 +129,9 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	if err != nil {
 		return err
 	}
+	a.warnGuard(plan)
 
-	return func(ctx context.Context, eng *engine.Engine) error {
+	return func(ctx context.Context, eng *engine.Engine) (err error) {
 		// Leftovers of launchers that were killed before they could clean
 		// up, removed while this sandbox starts (gc touches only sandboxes
 		// whose launcher is gone, never this one); reported at the end.
@@ -147,6 +148,10 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				fmt.Fprintf(a.stderr, "%s: warning: removing leftovers of earlier sandboxes: %v\n", name, gcErr)
 			} else if len(removed) > 0 {
 				fmt.Fprintf(a.stderr, "%s: removed %d leftover sandbox(es) of launchers that are gone: %s\n", name, len(removed), strings.Join(removed, ", "))
+			}
+			// What those sandboxes left, judged now that they are gone.
+			if err := a.checkPending(ctx, eng, e.dirs); err != nil {
+				fmt.Fprintf(a.stderr, "%s: warning: %v\n", name, err)
 			}
 		}()
 		if allowlist && eng.Kind == engine.Podman {
@@ -173,6 +178,17 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			h.Podman = eng.Kind == engine.Podman
 			h.KeepID = h.Podman && eng.Rootless
 		}
+		// From here the sandbox may write: what it leaves that git (or the
+		// host) would run is judged once it has gone, however the run ends
+		// (gc does it for a launcher that is killed).
+		if err := plan.Prepare(e.dirs.GuardDir(), o.Project, time.Now()); err != nil {
+			return err
+		}
+		defer func() {
+			if gerr := a.checkGuard(*plan, e.dirs); gerr != nil {
+				err = errors.Join(err, gerr)
+			}
+		}()
 		// The profile's own checks, each in a throwaway sandbox of it (where
 		// directories in changeset mode are read-only).
 		if err := preflight.Run(ctx, a.declaredChecks(eng, e, p, o, gen, withAgent, f.skip)); err != nil {

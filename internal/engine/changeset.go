@@ -454,7 +454,7 @@ func (e *Engine) ReleaseChangeset(ctx context.Context, id string) error {
 		}
 		done[project] = true
 		pid, _ := strconv.Atoi(v.Labels[LabelPID])
-		if launcherAlive(pid, v.Labels[LabelHost]) {
+		if LauncherAlive(pid, v.Labels[LabelHost]) {
 			return fmt.Errorf("sandbox %s (launcher pid %d on %s) writes to changeset %s: %w", project, pid, v.Labels[LabelHost], id, ErrChangesetInUse)
 		}
 		if err := e.Remove(ctx, project); err != nil {

@@ -123,7 +123,7 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 		pid, _ := strconv.Atoi(labels[LabelPID])
 		found[name] = &Sandbox{
 			Project: name, Workspace: labels[generator.LabelWorkspace], Profile: labels[generator.LabelProfile],
-			PID: pid, Host: labels[LabelHost], Alive: launcherAlive(pid, labels[LabelHost]),
+			PID: pid, Host: labels[LabelHost], Alive: LauncherAlive(pid, labels[LabelHost]),
 			State: state, Created: created,
 		}
 	}
@@ -190,9 +190,9 @@ func sameHost(host string) bool {
 	return host == h
 }
 
-// launcherAlive reports whether the launcher pid still runs on this host. On
+// LauncherAlive reports whether the launcher pid still runs on this host. On
 // another host it cannot tell, and says alive so that nothing is removed.
-func launcherAlive(pid int, host string) bool {
+func LauncherAlive(pid int, host string) bool {
 	if !sameHost(host) {
 		return true
 	}

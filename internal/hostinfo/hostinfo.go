@@ -20,6 +20,7 @@ import (
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/fsutil"
+	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
 
@@ -52,6 +53,14 @@ func (d Dirs) ProfileDir() string { return filepath.Join(d.Config, "profiles") }
 // LogDir is where allowlist gateways write their decision logs, one file
 // per sandbox. Run creates it; render only names it.
 func (d Dirs) LogDir() string { return filepath.Join(d.State, "logs") }
+
+// GuardDir holds the guard plans of running sandboxes (internal/guard),
+// for gc to check what a sandbox of a killed launcher left.
+func (d Dirs) GuardDir() string { return filepath.Join(d.State, "guard") }
+
+// QuarantineDir is where the guard puts aside what a sandbox left that
+// the host would run.
+func (d Dirs) QuarantineDir() string { return filepath.Join(d.State, "quarantine") }
 
 // ResolvDir holds the resolv.conf files that point allowlist sandboxes at
 // their gateways. Run writes them; render only names them.
@@ -370,4 +379,44 @@ func Match(workspace string, readonly, hide []string) ([]generator.Match, error)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// GuardRoots are the host directories the sandbox of p may change, for
+// internal/guard: the workspace and the mounts in mode rw or changeset
+// (sources that exist, links resolved), and the launch's rw extra mounts.
+func GuardRoots(p *profile.Profile, h generator.Host) []guard.Root {
+	var roots []guard.Root
+	add := func(name, src, target, mode string) {
+		if mode != profile.ModeRW && mode != profile.ModeChangeset {
+			return
+		}
+		if real, err := filepath.EvalSymlinks(src); err == nil {
+			src = real
+		}
+		if st, err := os.Stat(src); err != nil || !st.IsDir() {
+			return
+		}
+		roots = append(roots, guard.Root{Name: name, Source: src, Target: path.Clean(target), Changeset: mode == profile.ModeChangeset})
+	}
+	add(generator.WorkspaceMount, h.Workspace, p.Workspace.Target, p.Workspace.Mode)
+	for i, m := range p.Mounts {
+		add("mount-"+strconv.Itoa(i), generator.MountSource(m, h), profile.Expand(m.Target, h.Vars()), m.Mode)
+	}
+	for i, m := range h.ExtraMounts {
+		if !m.ReadOnly {
+			add("extra-"+strconv.Itoa(i), m.Source, m.Target, profile.ModeRW)
+		}
+	}
+	return roots
+}
+
+// Guard scans the roots of p on h (internal/guard.Scan) and records what it
+// mounts in h.Guard; the plan is for the launch to prepare and check.
+func Guard(p *profile.Profile, h *generator.Host) guard.Plan {
+	plan := guard.Scan(GuardRoots(p, *h))
+	h.Guard = nil
+	for _, g := range plan.Paths() {
+		h.Guard = append(h.Guard, generator.GuardPath{Root: g.Root, Path: g.Path, ReadOnly: g.ReadOnly})
+	}
+	return plan
 }

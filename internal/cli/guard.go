@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/guard"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+)
+
+// warnGuard prints what the guard's scan found that the user should know
+// (a .git that is a link, and so is not held).
+func (a *app) warnGuard(plan *guard.Plan) {
+	for _, n := range plan.Notes() {
+		fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, n)
+	}
+}
+
+// checkGuard judges what a sandbox left, once it has gone, prints what
+// was done, and forgets the plan. What could not be done is an error: a
+// file git would run may still be there.
+func (a *app) checkGuard(plan guard.Plan, dirs hostinfo.Dirs) error {
+	rep := plan.Check(dirs.QuarantineDir())
+	a.reportGuard(rep, dirs)
+	if err := rep.Err(); err != nil {
+		return withHint(fmt.Errorf("checking what sandbox %s left: %w", plan.Project, err),
+			"do not run git in "+plan.Roots[0].Source+" before you have looked at what the errors name")
+	}
+	return guard.Done(dirs.GuardDir(), plan.Project)
+}
+
+// reportGuard prints what the guard did, one warning a path.
+func (a *app) reportGuard(rep guard.Report, dirs hostinfo.Dirs) {
+	if len(rep.Items) == 0 {
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s: warning: the sandbox left what git (or the host) would run; so that nothing runs it:\n", name)
+	for _, it := range rep.Items {
+		fmt.Fprintf(a.stderr, "%s: warning:   %s\n", name, it)
+	}
+	fmt.Fprintf(a.stderr, "%s: hint: what was put aside is kept in %s, never run; look at it before you put anything back\n", name, dirs.QuarantineDir())
+}
+
+// checkPending judges what sandboxes of killed launchers left, once they
+// are gone from the engine (gc has removed them).
+func (a *app) checkPending(ctx context.Context, eng *engine.Engine, dirs hostinfo.Dirs) error {
+	plans, err := guard.Pending(dirs.GuardDir())
+	if err != nil || len(plans) == 0 {
+		return err
+	}
+	list, err := eng.List(ctx)
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, s := range list {
+		live[s.Project] = true
+	}
+	var errs []error
+	for _, plan := range plans {
+		if live[plan.Project] || engine.LauncherAlive(plan.PID, plan.Host) {
+			continue
+		}
+		errs = append(errs, a.checkGuard(plan, dirs))
+	}
+	return errors.Join(errs...)
+}
