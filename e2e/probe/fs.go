@@ -3,10 +3,14 @@ package main
 import (
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fsOps runs file operations in order, each one argument of words:
@@ -18,7 +22,8 @@ import (
 //	rm PATH              remove a file, symbolic link or empty directory
 //	rmrf PATH            remove PATH and everything below it
 //	mv FROM TO           rename
-//	chmod MODE PATH      set the permission bits (octal)
+//	chmod MODE PATH      set the mode bits (octal, setuid/setgid/sticky included)
+//	cpr FROM TO          copy FROM (a file, or a directory and all below it) to TO
 //	symlink TARGET PATH  make a symbolic link
 //	sleep DURATION       wait (printing "sleeping" first)
 //
@@ -60,8 +65,10 @@ func fsOps(ops []string) {
 		case "chmod":
 			var m uint64
 			if m, err = strconv.ParseUint(arg(1), 8, 32); err == nil {
-				err = os.Chmod(arg(2), os.FileMode(m))
+				err = unix.Chmod(arg(2), uint32(m))
 			}
+		case "cpr":
+			err = copyTree(arg(1), arg(2))
 		case "symlink":
 			err = os.Symlink(arg(1), arg(2))
 		case "sleep":
@@ -78,4 +85,34 @@ func fsOps(ops []string) {
 		}
 	}
 	fmt.Printf("done %d\n", len(ops))
+}
+
+// copyTree copies files, directories and symbolic links from src to dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, info.Mode().Perm())
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, data, info.Mode().Perm())
+	})
 }

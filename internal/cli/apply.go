@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/changeset"
+	"github.com/propio/propio-sandbox/internal/guard"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/spf13/cobra"
 )
 
@@ -49,7 +52,12 @@ diff shows only what is left. ID and PATH are taken as for diff.`,
 					return fmt.Errorf("%s=%q: %w", envApplyPause, v, err)
 				}
 			}
+			start := time.Now()
 			res, err := c.Apply(cs, opts)
+			// What the apply wrote is the sandbox's: git must not run it.
+			if gerr := a.sweepApplied(c, start); gerr != nil {
+				err = errors.Join(err, gerr)
+			}
 			if err != nil {
 				return err
 			}
@@ -72,4 +80,21 @@ diff shows only what is left. ID and PATH are taken as for diff.`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "apply conflicting paths too, overwriting what changed in the original")
 	return cmd
+}
+
+// sweepApplied judges what an apply wrote in each directory of the
+// changeset, as run's guard judges what a sandbox left: nothing the host's
+// git would run stays.
+func (a *app) sweepApplied(c *changeset.Changeset, since time.Time) error {
+	dirs, err := hostinfo.UserDirs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range c.Mounts {
+		rep := guard.Sweep(guard.Root{Name: m.Name, Source: m.Source, Target: m.Target}, since, dirs.QuarantineDir(), c.ID)
+		a.reportGuard(rep, dirs)
+		errs = append(errs, rep.Err())
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,387 @@
+package e2e
+
+// The host's git never runs what a sandbox wrote: each attack is made from
+// inside a real sandbox, then the host's real git is run in the workspace
+// (status, diff, log, commit, an alias, rebase --continue), and a marker
+// file that the planted command would make must not exist.
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gitEnv is the host git's environment in these tests: no user or system
+// configuration of the machine, an identity, no prompts.
+func gitEnv(home string) []string {
+	return append(os.Environ(), "HOME="+home, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@x.test", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@x.test",
+		"GIT_TERMINAL_PROMPT=0", "GIT_EDITOR=true")
+}
+
+// hostGit runs the host's git in dir and returns its output and error.
+func hostGit(s *sandbox, dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = gitEnv(s.Home)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// mustGit is hostGit that fails the test on an error.
+func mustGit(t *testing.T, s *sandbox, dir string, args ...string) string {
+	t.Helper()
+	out, err := hostGit(s, dir, args...)
+	if err != nil {
+		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return out
+}
+
+// gitRepo makes the workspace a repository with one commit.
+func gitRepo(t *testing.T, s *sandbox) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatalf("the host's git is needed: %v", err)
+	}
+	mustGit(t, s, s.Workspace, "init", "-q", "-b", "main")
+	isolationWriteFile(t, filepath.Join(s.Workspace, "README"), "hello\n")
+	mustGit(t, s, s.Workspace, "add", "README")
+	mustGit(t, s, s.Workspace, "commit", "-q", "-m", "first")
+}
+
+// marker is a host path that the planted commands make, and payload the
+// command; the workspace's git must never make it.
+func marker(t *testing.T) (path, payload string) {
+	path = filepath.Join(t.TempDir(), "git-ran-what-the-sandbox-wrote")
+	return path, "touch " + path + ";:"
+}
+
+// useHostGit runs what a user runs after a sandbox in dir: status, diff,
+// log, a commit, an alias and a rebase --continue; then the marker must not
+// exist. Failures of the commands themselves do not matter here.
+func useHostGit(t *testing.T, s *sandbox, dir, mark string) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"status"}, {"diff", "HEAD"}, {"log", "-1"}, {"commit", "-q", "--allow-empty", "-m", "after the sandbox"},
+		{"st"}, {"rebase", "--continue"}, {"fetch", "-q", "origin"},
+	} {
+		hostGit(s, dir, args...)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the host's git ran a command the sandbox wrote (%s exists)", mark)
+	}
+}
+
+// fakeGitDir are probe operations making a git directory at dir that git
+// takes for one, with config as its configuration.
+func fakeGitDir(dir, config string) []string {
+	return []string{
+		"mkdir " + dir + "/objects/info", "mkdir " + dir + "/refs/heads", "mkdir " + dir + "/hooks",
+		"write " + dir + "/HEAD ref: refs/heads/main\n",
+		"write " + dir + "/config " + config,
+	}
+}
+
+// evilConfig is a git configuration that runs payload in every way it can.
+func evilConfig(payload string) string {
+	return "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = " + payload +
+		"\n\thooksPath = hooks-of-the-sandbox\n[alias]\n\tst = !" + payload + "\n[remote \"origin\"]\n\turl = /nonexistent\n\tuploadpack = " + payload + "\n"
+}
+
+// probeFS runs probe fs operations in a sandbox of profile p.
+func probeFS(s *sandbox, p string, ops ...string) Result {
+	s.t.Helper()
+	return probeRun(s, p, append([]string{"fs"}, ops...)...)
+}
+
+// wantPutAside fails the test unless the launcher reported each path put
+// aside (or cleaned) and it is no longer in the workspace as it was.
+func wantReported(t *testing.T, r Result, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if !strings.Contains(r.Stderr, p) {
+			t.Errorf("the launcher did not report %s:\n%s", p, r)
+		}
+	}
+	if len(paths) > 0 && !strings.Contains(r.Stderr, "what was put aside is kept in") {
+		t.Errorf("no hint about the quarantine:\n%s", r)
+	}
+}
+
+// TestGitGuard: the attacks of issue 14 on the workspace's git, and the
+// others like them, each from inside a sandbox.
+func TestGitGuard(t *testing.T) {
+	t.Parallel()
+	requireEngine(t)
+
+	t.Run("commondir to a copy of .git", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		mark, payload := marker(t)
+		p := s.Profile(probeOffline)
+		r := probeFS(s, p, "cpr .git copy-of-git", "write copy-of-git/config "+evilConfig(payload), "write .git/commondir ../copy-of-git")
+		probeOK(t, r, "done 3")
+		wantReported(t, r, ".git/commondir", "copy-of-git/config")
+		if _, err := os.Lstat(filepath.Join(s.Workspace, ".git", "commondir")); err == nil {
+			t.Fatal(".git/commondir is still there")
+		}
+		useHostGit(t, s, s.Workspace, mark)
+		useHostGit(t, s, filepath.Join(s.Workspace, "copy-of-git"), mark)
+	})
+
+	t.Run(".git renamed, removed or replaced", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		mark, payload := marker(t)
+		p := s.Profile(probeOffline)
+		probeFails(t, probeFS(s, p, "mv .git .git-orig"), "device or resource busy")
+		probeFails(t, probeFS(s, p, "write gitfile gitdir: evil", "mv gitfile .git"), "")
+		probeFails(t, probeFS(s, p, "symlink /tmp .git-link", "mv .git-link .git"), "")
+		probeFails(t, probeFS(s, p, "rmrf .git"), "")
+		// The configuration cannot be replaced by a rename either.
+		probeFails(t, probeFS(s, p, "write .git/config.new "+evilConfig(payload), "mv .git/config.new .git/config"), "")
+		probeFails(t, probeFS(s, p, "write .git/config "+evilConfig(payload)), "read-only file system")
+		if fi, err := os.Lstat(filepath.Join(s.Workspace, ".git")); err != nil || !fi.IsDir() {
+			t.Fatalf(".git is not the directory it was: %v", err)
+		}
+		useHostGit(t, s, s.Workspace, mark)
+	})
+
+	t.Run("hooks when the repository had none", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		os.RemoveAll(filepath.Join(s.Workspace, ".git", "hooks"))
+		mark, payload := marker(t)
+		p := s.Profile(probeOffline)
+		probeFails(t, probeFS(s, p, "write .git/hooks/pre-commit #!/bin/sh\n"+payload+"\n", "chmod 755 .git/hooks/pre-commit"), "read-only file system")
+		names, err := os.ReadDir(filepath.Join(s.Workspace, ".git", "hooks"))
+		if err != nil || len(names) != 0 {
+			t.Fatalf(".git/hooks should be there, empty: %v %v", names, err)
+		}
+		useHostGit(t, s, s.Workspace, mark)
+	})
+
+	t.Run("config.worktree, includes and husky", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		mark, payload := marker(t)
+		mustGit(t, s, s.Workspace, "config", "extensions.worktreeConfig", "true")
+		mustGit(t, s, s.Workspace, "config", "--add", "include.path", "../team.gitconfig")
+		mustGit(t, s, s.Workspace, "config", "--add", "include.path", "../local.gitconfig")
+		mustGit(t, s, s.Workspace, "config", "core.hooksPath", ".husky/_")
+		isolationWriteFile(t, filepath.Join(s.Workspace, "team.gitconfig"), "[user]\n\tname = team\n")
+		isolationWriteFile(t, filepath.Join(s.Workspace, ".husky", "_", "h"), "#!/bin/sh\n")
+		isolationWriteFile(t, filepath.Join(s.Workspace, ".husky", "pre-commit"), "true\n")
+		p := s.Profile(probeOffline)
+		for _, path := range []string{"team.gitconfig", ".husky/pre-commit", ".husky/_/pre-commit", ".husky/_/h"} {
+			probeFails(t, probeFS(s, p, "write "+path+" [core]\n\tfsmonitor = "+payload+"\n"), "read-only file system")
+		}
+		r := probeFS(s, p, "write .git/config.worktree [core]\n\tfsmonitor = "+payload+"\n", "write local.gitconfig [core]\n\tfsmonitor = "+payload+"\n")
+		probeOK(t, r, "done 2")
+		wantReported(t, r, ".git/config.worktree", "local.gitconfig")
+		useHostGit(t, s, s.Workspace, mark)
+	})
+
+	t.Run("a repository of the sandbox's own", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		mark, payload := marker(t)
+		p := s.Profile(probeOffline)
+		ops := append(fakeGitDir("sub/.git", evilConfig(payload)), "write sub/.git/hooks/pre-commit #!/bin/sh\n"+payload+"\n", "chmod 755 sub/.git/hooks/pre-commit")
+		// A directory made to look like a bare repository, and a .git file
+		// leading out of the workspace.
+		ops = append(ops, fakeGitDir("pkg", evilConfig(payload))...)
+		ops = append(ops, "mkdir other", "write other/.git gitdir: /etc")
+		r := probeFS(s, p, ops...)
+		probeOK(t, r, "done")
+		wantReported(t, r, "sub/.git/config", "sub/.git/hooks/pre-commit", "pkg/config", "other/.git")
+		for _, dir := range []string{"sub", "pkg", "other"} {
+			useHostGit(t, s, filepath.Join(s.Workspace, dir), mark)
+		}
+	})
+
+	t.Run("a workspace that was no repository", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		mark, payload := marker(t)
+		p := s.Profile(probeOffline)
+		r := probeFS(s, p, append(fakeGitDir(".git", evilConfig(payload)), "write .git/hooks/post-checkout #!/bin/sh\n"+payload+"\n")...)
+		probeOK(t, r, "done")
+		wantReported(t, r, ".git/config", ".git/hooks/post-checkout")
+		useHostGit(t, s, s.Workspace, mark)
+	})
+
+	t.Run("a rebase left to continue", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		mark, payload := marker(t)
+		head := strings.TrimSpace(mustGit(t, s, s.Workspace, "rev-parse", "HEAD"))
+		p := s.Profile(probeOffline)
+		r := probeFS(s, p, "mkdir .git/rebase-merge",
+			"write .git/rebase-merge/git-rebase-todo exec "+payload+"\n",
+			"write .git/rebase-merge/head-name refs/heads/main\n", "write .git/rebase-merge/onto "+head+"\n",
+			"write .git/rebase-merge/orig-head "+head+"\n", "write .git/rebase-merge/interactive ")
+		probeOK(t, r, "done")
+		wantReported(t, r, ".git/rebase-merge")
+		useHostGit(t, s, s.Workspace, mark)
+	})
+
+	t.Run("linked worktrees and submodules", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		gitRepo(t, s)
+		mark, payload := marker(t)
+		wt := filepath.Join(filepath.Dir(s.Workspace), "linked")
+		mustGit(t, s, s.Workspace, "worktree", "add", "-q", wt)
+		lib := filepath.Join(filepath.Dir(s.Workspace), "lib")
+		os.MkdirAll(lib, 0o755)
+		mustGit(t, s, lib, "init", "-q", "-b", "main")
+		mustGit(t, s, lib, "commit", "-q", "--allow-empty", "-m", "lib")
+		mustGit(t, s, s.Workspace, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+		p := s.Profile(probeOffline)
+		id := filepath.Base(wt)
+		for _, op := range []string{
+			"write .git/worktrees/" + id + "/commondir ../../../copy",
+			"write .git/worktrees/" + id + "/config.worktree [core]\n\tfsmonitor = " + payload + "\n",
+			"write .git/modules/lib/config " + evilConfig(payload),
+			"write .git/modules/lib/hooks/pre-commit #!/bin/sh\n" + payload + "\n",
+		} {
+			probeFails(t, probeFS(s, p, op), "")
+		}
+		// The submodule's .git file is the worktree's: it can be changed,
+		// and is judged when the sandbox ends.
+		r := probeFS(s, p, "write lib/.git gitdir: /etc\n")
+		probeOK(t, r, "done 1")
+		wantReported(t, r, "lib/.git")
+		useHostGit(t, s, s.Workspace, mark)
+		useHostGit(t, s, wt, mark)
+		useHostGit(t, s, filepath.Join(s.Workspace, "lib"), mark)
+	})
+
+	t.Run("setuid file", func(t *testing.T) {
+		t.Parallel()
+		s := newSandbox(t)
+		p := s.Profile(probeOffline)
+		r := probeFS(s, p, "write tool #!/bin/sh\n", "chmod 6755 tool")
+		probeOK(t, r, "done 2")
+		wantReported(t, r, "tool")
+		fi, err := os.Stat(filepath.Join(s.Workspace, "tool"))
+		if err != nil || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("tool: %v %v", fi.Mode(), err)
+		}
+	})
+}
+
+// TestGitGuardCommit: committing from inside the sandbox keeps working,
+// with the git directory held and its surface read-only, and the guard has
+// nothing to say about it.
+func TestGitGuardCommit(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	if _, err := docker("image", "inspect", agentImage); err != nil {
+		t.Fatalf("the agent image is needed (.ci/run builds it): %v", err)
+	}
+	gitRepo(t, s)
+	p := s.Profile("image: " + agentImage + "\nnetwork: {mode: none}\n")
+	script := `set -e
+git config --global user.email agent@x.test
+git config --global user.name agent
+echo change >> README
+git commit -qam "from the sandbox"
+git checkout -qb feature
+echo more > more.txt
+git add more.txt
+git commit -qm "a branch"
+git checkout -q main
+git merge -q --ff-only feature
+git log --oneline | wc -l`
+	r := s.Run("", "run", "-p", p, "--", "bash", "-c", script)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "3" {
+		t.Fatalf("committing inside:\n%s", r)
+	}
+	if strings.Contains(r.Stderr, "put aside") || strings.Contains(r.Stderr, "warning") {
+		t.Fatalf("the guard judged ordinary commits:\n%s", r)
+	}
+	log := mustGit(t, s, s.Workspace, "log", "--format=%s", "main")
+	if log != "a branch\nfrom the sandbox\nfirst\n" {
+		t.Fatalf("the host's git sees:\n%s", log)
+	}
+	mustGit(t, s, s.Workspace, "fsck", "--no-progress")
+	if out := mustGit(t, s, s.Workspace, "status", "--porcelain"); out != "" {
+		t.Fatalf("the workspace is not clean after the sandbox's commits:\n%s", out)
+	}
+}
+
+// TestGitGuardKilled: when the launcher is killed, the sandbox goes on
+// until gc removes it; gc then judges what it left.
+func TestGitGuardKilled(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	gitRepo(t, s)
+	mark, payload := marker(t)
+	p := s.Profile(probeOffline)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := s.Command(ctx, "run", "-p", p, "--", "fs", "write .git/commondir ../evil", "mkdir evil/objects", "mkdir evil/refs",
+		"write evil/HEAD ref: refs/heads/main\n", "write evil/config "+evilConfig(payload), "sleep 1h")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	var seen string
+	for !strings.Contains(seen, "sleeping") {
+		n, err := out.Read(buf)
+		if err != nil {
+			t.Fatalf("the sandbox did not start: %v (%q)", err, seen)
+		}
+		seen += string(buf[:n])
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cmd.Wait()
+	if _, err := os.Lstat(filepath.Join(s.Workspace, ".git", "commondir")); err != nil {
+		t.Fatalf("the sandbox did not get to write: %v", err)
+	}
+	r := s.Run("", "gc")
+	if r.Code != 0 {
+		t.Fatalf("gc:\n%s", r)
+	}
+	wantReported(t, r, ".git/commondir", "evil/config")
+	useHostGit(t, s, s.Workspace, mark)
+}
+
+// TestGitGuardChangesetApply: what an apply writes is judged too.
+func TestGitGuardChangesetApply(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	gitRepo(t, s)
+	mark, payload := marker(t)
+	p := s.Profile(probeOffline)
+	r := s.Run("", append([]string{"run", "--changeset", "-p", p, "--", "fs"}, append(fakeGitDir("nested/.git", evilConfig(payload)), "write nested/.git/hooks/pre-commit #!/bin/sh\n"+payload+"\n")...)...)
+	probeOK(t, r, "done")
+	r = s.Run("", "apply")
+	if r.Code != 0 {
+		t.Fatalf("apply:\n%s", r)
+	}
+	wantReported(t, r, "nested/.git/config", "nested/.git/hooks/pre-commit")
+	useHostGit(t, s, filepath.Join(s.Workspace, "nested"), mark)
+}
