@@ -26,8 +26,11 @@ import (
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
-// ProbeImage is the image every scenario runs: FROM scratch plus /probe.
-const ProbeImage = testenv.ProbeImage
+// ProbeImage is the image every scenario runs: FROM scratch plus /probe;
+// requireEngine sets it to the tag testenv built.
+var ProbeImage string
+
+var probeImageOnce sync.Once
 
 // launcher is the propio-sandbox binary under test, set by requireEngine.
 var launcher string
@@ -45,6 +48,7 @@ func TestMain(m *testing.M) {
 func requireEngine(t *testing.T) {
 	t.Helper()
 	launcher = testenv.RequireEngine(t)
+	probeImageOnce.Do(func() { ProbeImage = testenv.ProbeImage })
 }
 
 func repoRoot() string { return testenv.RepoRoot() }

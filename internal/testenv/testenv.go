@@ -6,6 +6,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,8 +19,11 @@ import (
 	"time"
 )
 
-// ProbeImage is the image the tests run: FROM scratch plus /probe.
-const ProbeImage = "propio-sandbox-e2e/probe:latest"
+// ProbeImage is the image the tests run: FROM scratch plus /probe. Its tag
+// is the probe's content hash, set when RequireEngine has built it, so that
+// test runs of different checkouts on one engine never run each other's
+// probe.
+var ProbeImage = "propio-sandbox-e2e/probe:latest"
 
 var (
 	once     sync.Once
@@ -177,9 +182,16 @@ func setup() error {
 	if err := os.WriteFile(filepath.Join(ctxDir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
 		return err
 	}
-	if _, err := Docker("build", "-q", "-t", ProbeImage, ctxDir); err != nil {
+	bin, err := os.ReadFile(filepath.Join(ctxDir, "probe"))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(bin)
+	tag := "propio-sandbox-e2e/probe:" + hex.EncodeToString(sum[:6])
+	if _, err := Docker("build", "-q", "-t", tag, ctxDir); err != nil {
 		return fmt.Errorf("building the probe image: %w", err)
 	}
+	ProbeImage = tag
 	return nil
 }
 
