@@ -152,6 +152,9 @@ func (rp *RootPlan) protect(gd string) {
 		rel := path.Join(gd, name)
 		st, err := lstat(rp.Source, rel)
 		switch {
+		case err != nil && name == "hooks" && rp.Changeset:
+			// Nothing is made in a directory in changeset mode: hooks the
+			// sandbox adds are in the changeset, judged when applied.
 		case err != nil && name == "hooks":
 			rp.MakeDirs = append(rp.MakeDirs, rel)
 			rp.ReadOnly = append(rp.ReadOnly, rel)
