@@ -139,7 +139,7 @@ func TestGitGuard(t *testing.T) {
 		useHostGit(t, s, filepath.Join(s.Workspace, "copy-of-git"), mark)
 	})
 
-	t.Run(".git renamed, removed or replaced", func(t *testing.T) {
+	t.Run(".git renamed or removed or replaced", func(t *testing.T) {
 		t.Parallel()
 		s := newSandbox(t)
 		gitRepo(t, s)
@@ -173,7 +173,7 @@ func TestGitGuard(t *testing.T) {
 		useHostGit(t, s, s.Workspace, mark)
 	})
 
-	t.Run("config.worktree, includes and husky", func(t *testing.T) {
+	t.Run("config.worktree includes and husky", func(t *testing.T) {
 		t.Parallel()
 		s := newSandbox(t)
 		gitRepo(t, s)
