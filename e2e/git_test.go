@@ -385,3 +385,40 @@ func TestGitGuardChangesetApply(t *testing.T) {
 	wantReported(t, r, "nested/.git/config", "nested/.git/hooks/pre-commit")
 	useHostGit(t, s, filepath.Join(s.Workspace, "nested"), mark)
 }
+
+// TestLinksGitAcrossRuns: a .git the sandbox turns into a link to a host
+// directory is put aside when it ends; and where such a link is there when
+// a sandbox starts (a killed launcher's, or the user's), nothing is mounted
+// through it, whatever path rules the profile has.
+func TestLinksGitAcrossRuns(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	outside := t.TempDir()
+	isolationWriteFile(t, filepath.Join(outside, "config"), "[core]\n\tsshCommand = secret-from-outside\n")
+	isolationWriteFile(t, filepath.Join(outside, "hooks", "pre-commit"), "secret-hook-from-outside\n")
+	p := s.Profile(probeOffline + "workspace:\n  readonly: [\".git/config\", \".git/hooks\"]\n")
+
+	// Run 1: the sandbox plants the link.
+	r := probeFS(s, p, "symlink "+outside+" .git")
+	probeOK(t, r, "done 1")
+	wantReported(t, r, ".git")
+	if _, err := os.Lstat(filepath.Join(s.Workspace, ".git")); err == nil {
+		t.Fatal("the planted .git link is still in the workspace")
+	}
+
+	// Run 2: the link is there when the sandbox starts.
+	if err := os.Symlink(outside, filepath.Join(s.Workspace, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"read", ".git/config"}, {"ls", ".git/hooks"}, {"read", "/workspace/.git/hooks/pre-commit"}} {
+		r := probeRun(s, p, args...)
+		if strings.Contains(r.Stdout+r.Stderr, "secret") {
+			t.Fatalf("a host file was mounted through the link:\n%s", r)
+		}
+		probeFails(t, r, "no such file or directory")
+		if !strings.Contains(r.Stderr, ".git is a symbolic link") {
+			t.Errorf("the launcher did not warn about the link:\n%s", r)
+		}
+	}
+	isolationHasContent(t, filepath.Join(outside, "config"), "[core]\n\tsshCommand = secret-from-outside\n")
+}

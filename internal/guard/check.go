@@ -74,7 +74,7 @@ func (p Plan) Check(quarantine string) Report {
 // what a changeset apply wrote, where no surface was held (the apply is
 // the user's, but what it writes is the sandbox's).
 func Sweep(root Root, since time.Time, quarantine, id string) Report {
-	c := &checker{since: since.Add(-time.Second), quarantine: filepath.Join(quarantine, id)}
+	c := &checker{since: since.Add(-clockSlack), quarantine: filepath.Join(quarantine, id)}
 	c.sweep(root, nil)
 	return c.report
 }

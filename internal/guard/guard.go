@@ -305,9 +305,9 @@ func (p Plan) Notes() []string {
 // dir so that gc can check a sandbox whose launcher was killed.
 func (p *Plan) Prepare(dir, project string, now time.Time) error {
 	p.Project = project
-	// ctime is kept by a coarse clock: a change a moment after now may be
-	// stamped a little before it.
-	p.Started = now.Add(-time.Second)
+	// ctime is kept by a coarse clock (a tick, 1 to 10 ms): a change a
+	// moment after now may be stamped a little before it.
+	p.Started = now.Add(-clockSlack)
 	p.PID = os.Getpid()
 	p.Host, _ = os.Hostname()
 	for _, rp := range p.Roots {
@@ -319,6 +319,9 @@ func (p *Plan) Prepare(dir, project string, now time.Time) error {
 	}
 	return p.save(dir)
 }
+
+// clockSlack covers the coarseness of the clock that stamps ctime.
+const clockSlack = 50 * time.Millisecond
 
 // fileName is where a plan is saved under dir.
 func fileName(dir, project string) string { return filepath.Join(dir, project+".json") }
