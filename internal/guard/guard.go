@@ -30,6 +30,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -134,6 +135,7 @@ func scanRoot(r Root) RootPlan {
 		rp.protect(m)
 	}
 	rp.configFiles()
+	rp.hookConfigs()
 	slices.Sort(rp.ReadOnly)
 	rp.ReadOnly = slices.Compact(rp.ReadOnly)
 	slices.Sort(rp.Absent)
@@ -222,6 +224,68 @@ func (rp *RootPlan) configFiles() {
 			// husky (core.hooksPath = .husky/_) runs the scripts one level up.
 			if path.Base(rel) == "_" && path.Dir(rel) != "." {
 				rp.addFile(path.Dir(rel))
+			}
+		}
+	}
+}
+
+// hookFrameworks are hook managers whose hooks run what files of the
+// worktree say: the hook is the user's, but it would run the sandbox's
+// commands if those files changed. marker is a string their hooks hold.
+var hookFrameworks = []struct {
+	marker string
+	files  []string
+}{
+	{"pre-commit.com", []string{".pre-commit-config.yaml", ".pre-commit-config.yml"}},
+	{"lefthook", []string{"lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml", "lefthook-local.yml", "lefthook-local.yaml", ".lefthook-local.yml", ".lefthook", ".lefthook-local"}},
+}
+
+// preCommitConfig finds the --config=FILE a pre-commit hook passes.
+var preCommitConfig = regexp.MustCompile(`--config=([^'"\s]+)`)
+
+// hookConfigs protects the files that installed hook managers read from
+// the worktree (pre-commit's configuration, lefthook's).
+func (rp *RootPlan) hookConfigs() {
+	top := path.Dir(rp.GitDir)
+	if rp.GitDir == "." {
+		return // a bare repository has no worktree here
+	}
+	var dirs []string
+	for _, gd := range rp.Protected {
+		dirs = append(dirs, path.Join(gd, "hooks"))
+	}
+	for _, rel := range rp.ReadOnly {
+		if st, err := lstat(rp.Source, rel); err == nil && st.mode.IsDir() && !slices.Contains(dirs, rel) && !strings.HasSuffix(rel, "/worktrees") {
+			dirs = append(dirs, rel) // a core.hooksPath inside the root
+		}
+	}
+	for _, dir := range dirs {
+		names, err := readDir(rp.Source, dir)
+		if err != nil {
+			continue
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			if strings.HasSuffix(n, ".sample") {
+				continue
+			}
+			data, err := readFile(rp.Source, path.Join(dir, n))
+			if err != nil {
+				continue
+			}
+			for _, fw := range hookFrameworks {
+				if !strings.Contains(string(data), fw.marker) {
+					continue
+				}
+				files := slices.Clone(fw.files)
+				for _, m := range preCommitConfig.FindAllStringSubmatch(string(data), -1) {
+					files = append(files, m[1])
+				}
+				for _, f := range files {
+					if rel, ok := rp.inside(top, f); ok && exists(rp.Source, rel) {
+						rp.addFile(rel)
+					}
+				}
 			}
 		}
 	}
