@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -366,4 +367,90 @@ func copyAt(dfd int, name, full, dest string, depth int) error {
 		return err
 	}
 	return nil // a FIFO, socket or device: nothing worth keeping
+}
+
+// entry is one name of a directory, with what lstat says of it.
+type entry struct {
+	name string
+	stat
+}
+
+// walkTree calls fn for each directory below root (root first, as "."),
+// with its entries, never following a link: each directory is opened a
+// component at a time with O_NOFOLLOW, each entry read with fstatat. A few
+// directories are read at once; fn may be called concurrently. Directories
+// that cannot be read (gone, or not readable) are skipped.
+func walkTree(root string, fn func(dir string, entries []entry)) error {
+	const workers = 4
+	var (
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		queue   = []string{"."}
+		busy    int
+		walkErr error
+	)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				for len(queue) == 0 && busy > 0 {
+					cond.Wait()
+				}
+				if len(queue) == 0 {
+					mu.Unlock()
+					cond.Broadcast()
+					return
+				}
+				dir := queue[len(queue)-1]
+				queue = queue[:len(queue)-1]
+				busy++
+				mu.Unlock()
+
+				entries, err := readEntries(root, dir)
+				if err == nil {
+					fn(dir, entries)
+				}
+				mu.Lock()
+				busy--
+				if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) && !errors.Is(err, errLink) && walkErr == nil && dir == "." {
+					walkErr = err
+				}
+				for _, e := range entries {
+					if e.mode.IsDir() {
+						queue = append(queue, path.Join(dir, e.name))
+					}
+				}
+				mu.Unlock()
+				cond.Broadcast()
+			}
+		}()
+	}
+	wg.Wait()
+	return walkErr
+}
+
+// readEntries lists root/dir with each entry's lstat.
+func readEntries(root, dir string) ([]entry, error) {
+	fd, err := openDir(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(root, dir))
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]entry, 0, len(names))
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		out = append(out, entry{name: n, stat: fromUnix(&st)})
+	}
+	return out, nil
 }

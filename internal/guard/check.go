@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -168,46 +169,62 @@ func (c *checker) destination(r Root, rel string) (string, error) {
 // sweep walks the root, never following a link, and judges every git
 // directory (but the protected ones, whose surface the sandbox could not
 // change), every .git entry, and the files' setuid bits and device nodes.
+// The walk only gathers; the judging follows, in path order.
 func (c *checker) sweep(r Root, protected []string) {
-	err := filepath.WalkDir(r.Source, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		rel, rerr := filepath.Rel(r.Source, p)
-		if rerr != nil {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		switch t := d.Type(); {
-		case t.IsDir():
-			// A quick look first (most directories have no HEAD); the
-			// judgement itself goes through no link.
-			if _, err := os.Lstat(filepath.Join(p, "HEAD")); err == nil && isGitDir(r.Source, rel) {
-				if !slices.Contains(protected, rel) {
-					c.gitDir(r, rel)
-				}
-				c.inProgress(r, rel)
-			}
-		case d.Name() == ".git" && c.touched(r.Source, rel):
-			c.dotGit(r, rel, t)
-		case t&fs.ModeDevice != 0 && c.touched(r.Source, rel):
-			if err := remove(r.Source, rel); err != nil {
-				c.fail(err)
-			} else {
-				c.did(r, rel, NodeRemoved, "a device node made in the sandbox opens a device of the host", "")
-			}
-		case t.IsRegular():
-			if fi, err := d.Info(); err == nil && fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
-				c.setID(r, rel)
+	var (
+		mu                        sync.Mutex
+		gitDirs, dotGits, devices []string
+		setIDs                    []string
+	)
+	err := walkTree(r.Source, func(dir string, entries []entry) {
+		var g, d, n, s []string
+		for _, e := range entries {
+			rel := path.Join(dir, e.name)
+			changed := !e.ctime.Before(c.since)
+			switch {
+			case e.name == "HEAD" && !e.mode.IsDir():
+				g = append(g, dir)
+			case e.name == ".git" && !e.mode.IsDir() && changed:
+				d = append(d, rel)
+			case e.mode&fs.ModeDevice != 0 && changed:
+				n = append(n, rel)
+			case e.mode.IsRegular() && e.mode&(fs.ModeSetuid|fs.ModeSetgid) != 0 && changed:
+				s = append(s, rel)
 			}
 		}
-		return nil
+		mu.Lock()
+		gitDirs, dotGits, devices, setIDs = append(gitDirs, g...), append(dotGits, d...), append(devices, n...), append(setIDs, s...)
+		mu.Unlock()
 	})
 	if err != nil {
 		c.fail(fmt.Errorf("checking %s: %w", r.Source, err))
+	}
+	for _, list := range [][]string{gitDirs, dotGits, devices, setIDs} {
+		slices.Sort(list)
+	}
+	for _, gd := range gitDirs {
+		if !isGitDir(r.Source, gd) {
+			continue
+		}
+		if !slices.Contains(protected, gd) {
+			c.gitDir(r, gd)
+		}
+		c.inProgress(r, gd)
+	}
+	for _, rel := range dotGits {
+		if st, err := lstat(r.Source, rel); err == nil {
+			c.dotGit(r, rel, st.mode.Type())
+		}
+	}
+	for _, rel := range devices {
+		if err := remove(r.Source, rel); err != nil {
+			c.fail(err)
+		} else {
+			c.did(r, rel, NodeRemoved, "a device node made in the sandbox opens a device of the host", "")
+		}
+	}
+	for _, rel := range setIDs {
+		c.setID(r, rel)
 	}
 }
 
