@@ -53,7 +53,7 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 						return err
 					}
 				}
-				gen, err := e.generate(p)
+				gen, err := e.generate(p, a.stderr)
 				if err != nil {
 					return err
 				}

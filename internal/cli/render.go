@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,7 @@ The output is deterministic and loads with any Compose implementation.`,
 			// Podman's options differ; render shows them when the engine is
 			// named (it does not ask an engine which one it is).
 			podman := func(h *generator.Host) { h.Podman = cmp.Or(a.engine, p.Engine) == engine.Podman }
-			project, err := e.project(p, o, podman)
+			project, err := e.project(p, a.stderr, o, podman)
 			if err != nil {
 				return err
 			}
@@ -80,8 +81,9 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 
 // project gathers the host facts p needs and generates its Compose project;
 // adjust adds what the launch found out itself (a forwarded SSH agent).
-func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
-	gen, err := e.generate(p)
+// Warnings about the workspace rules go to stderr.
+func (e env) project(p *profile.Profile, stderr io.Writer, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
+	gen, err := e.generate(p, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -95,9 +97,13 @@ type generateFunc func(o generator.Options, adjust ...func(*generator.Host)) (*t
 // generate gathers the host facts p needs (the workspace walk for its
 // patterns, the account files, the extra mounts) once, for every project a
 // launch generates: the first, the one with the gateway's network, those of
-// the declared checks.
-func (e env) generate(p *profile.Profile) (generateFunc, error) {
-	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
+// the declared checks. It prints the warnings about the workspace rules
+// (rules not followed through a symbolic link) to stderr.
+func (e env) generate(p *profile.Profile, stderr io.Writer) (generateFunc, error) {
+	host, warnings, err := hostinfo.Gather(p, e.workspace, e.dirs)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", name, w)
+	}
 	var me *hostinfo.MountsError
 	if errors.As(err, &me) {
 		return nil, withHint(err, "write "+me.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")

@@ -121,7 +121,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
 		}
 	}
-	gen, err := e.generate(p)
+	gen, err := e.generate(p, a.stderr)
 	if err != nil {
 		return err
 	}
