@@ -85,7 +85,7 @@ type Host struct {
 
 // Match is a workspace entry matched by a readonly or hide pattern.
 type Match struct {
-	Path string // relative to the workspace, with forward slashes
+	Path string // relative to the workspace, with forward slashes; no segment is a symbolic link (hostinfo.Match)
 	Dir  bool
 	Hide bool // matched by hide (else by readonly)
 }

@@ -138,13 +138,13 @@ func rulesOf(p *profile.Profile) []rule {
 	return out
 }
 
-// HiddenPath reports whether a workspace path (relative, forward slashes)
+// hiddenPath reports whether a workspace path (relative, forward slashes)
 // is hidden by one of patterns, by the rules Match applies to what exists:
 // a name pattern hides the path when it matches any of its segments (a
 // hidden directory hides all below it), an anchored one when it matches
 // its first segments. Links and other names are not considered: a path is
 // not looked up.
-func HiddenPath(patterns []string, rel string) bool {
+func hiddenPath(patterns []string, rel string) bool {
 	segs := strings.Split(rel, "/")
 	p := &profile.Profile{Workspace: profile.Workspace{Hide: patterns}}
 	for _, r := range rulesOf(p) {
@@ -494,7 +494,7 @@ func show(s string) string {
 
 // HiddenTracked returns those of paths (relative to the workspace, such as
 // what git tracks) that the sandbox hides: matched by a hide pattern
-// (HiddenPath), or at or below a path that Match hid (the target of a
+// (hiddenPath), or at or below a path that Match hid (the target of a
 // link, another name of a hidden file).
 func HiddenTracked(hide []string, matches []generator.Match, paths []string) []string {
 	hidden := map[string]bool{}
@@ -505,7 +505,7 @@ func HiddenTracked(hide []string, matches []generator.Match, paths []string) []s
 	}
 	var out []string
 	for _, p := range paths {
-		in := HiddenPath(hide, p)
+		in := hiddenPath(hide, p)
 		for q := p; !in && q != "."; q = path.Dir(q) {
 			in = hidden[q]
 		}

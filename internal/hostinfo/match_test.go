@@ -300,7 +300,7 @@ func TestMatchOtherNames(t *testing.T) {
 	}
 }
 
-func TestHiddenPath(t *testing.T) {
+func TestHiddenPathMatch(t *testing.T) {
 	t.Parallel()
 	pats := []string{".env", "*.pem", "secrets/", "/config/prod.*", "deploy/*/key"}
 	for rel, want := range map[string]bool{
@@ -318,8 +318,20 @@ func TestHiddenPath(t *testing.T) {
 		"README":            false,
 		".envrc":            false,
 	} {
-		if got := HiddenPath(pats, rel); got != want {
-			t.Errorf("HiddenPath(%q) = %v, want %v", rel, got, want)
+		if got := hiddenPath(pats, rel); got != want {
+			t.Errorf("hiddenPath(%q) = %v, want %v", rel, got, want)
 		}
+	}
+}
+
+func TestHiddenTracked(t *testing.T) {
+	t.Parallel()
+	// .env by its pattern; vault/ as the target of a hidden link, and
+	// notes.txt as another name of a hidden file, by what Match found.
+	matches := []generator.Match{hidden("vault/"), hidden("notes.txt"), ro(".git/config")}
+	paths := []string{".env", ".git/config", "README", "notes.txt", "src/.env", "vault/token", "vaults/x"}
+	got := HiddenTracked([]string{".env", "secrets"}, matches, paths)
+	if want := []string{".env", "notes.txt", "src/.env", "vault/token"}; !slices.Equal(got, want) {
+		t.Errorf("HiddenTracked = %q, want %q", got, want)
 	}
 }
