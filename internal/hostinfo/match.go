@@ -307,6 +307,10 @@ func (m *matcher) resolve(rel string) (string, fs.FileInfo, string) {
 		if path.IsAbs(t) {
 			in, ok := beneath(m.target, path.Clean(t))
 			if !ok {
+				if _, host := beneath(m.root, path.Clean(t)); host {
+					// Inside, the workspace is at its target, not here.
+					return "names the workspace by its host path, which the sandbox does not have (make the link relative)"
+				}
 				return "leads out of the workspace"
 			}
 			cur, t = nil, in

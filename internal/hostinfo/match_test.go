@@ -173,7 +173,7 @@ func TestMatchLinks(t *testing.T) {
 		"an absolute link to the host's workspace path is another file inside": {
 			tree:     []string{".env -> $WS/real/prod.env", "real/prod.env"},
 			hide:     []string{".env"},
-			warnings: []string{"workspace.hide[0] ($F:6:7): .env is a symbolic link (to $WS/real/prod.env) that leads out of the workspace: not followed, nothing mounted for .env"},
+			warnings: []string{"workspace.hide[0] ($F:6:7): .env is a symbolic link (to $WS/real/prod.env) that names the workspace by its host path, which the sandbox does not have (make the link relative): not followed, nothing mounted for .env"},
 		},
 		"a relative link out of the workspace": {
 			tree:     []string{".env -> sub/../../outside/config", "sub/"},
