@@ -98,7 +98,7 @@ type GuardPath struct {
 
 // Match is a workspace entry matched by a readonly or hide pattern.
 type Match struct {
-	Path string // relative to the workspace, with forward slashes
+	Path string // relative to the workspace, with forward slashes; no segment is a symbolic link (hostinfo.Match)
 	Dir  bool
 	Hide bool // matched by hide (else by readonly)
 }

@@ -60,9 +60,9 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 	// The workspace's readonly and hide matches come from a real tree, matched
 	// by the code that matches real workspaces.
 	ws := fixtureWorkspace(t)
-	matches, err := hostinfo.Match(ws, p.Workspace.ReadOnly, p.Workspace.Hide)
-	if err != nil {
-		t.Fatal(err)
+	matches, warnings, err := hostinfo.Match(ws, p)
+	if err != nil || len(warnings) > 0 {
+		t.Fatal(err, warnings)
 	}
 	h.Matches = matches
 	// And so does the guard's scan of its git directory.
@@ -271,7 +271,7 @@ func TestSecretsNeverRendered(t *testing.T) {
 	}
 	p.Env.Pass = append(p.Env.Pass, "OLLAMA_HOST")
 	ws := fixtureWorkspace(t)
-	h, err := hostinfo.Gather(p, ws, hostinfo.Dirs{State: t.TempDir()})
+	h, _, err := hostinfo.Gather(p, ws, hostinfo.Dirs{State: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@
 //	probe write PATH TEXT     write TEXT to PATH (creating it), or print the error
 //	probe ls PATH             list a directory, one name a line
 //	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", ...; see fs.go)
+//	probe find TEXT DIR       read every file reachable below DIR, through links, and print "found PATH" for each holding TEXT, then "searched N files"
 //	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
 //	probe cat                 copy stdin to stdout
 //	probe tty                 print whether stdin and stdout are terminals
@@ -110,6 +111,8 @@ func main() {
 		}
 	case "fs":
 		fsOps(args)
+	case "find":
+		find(args)
 	case "connect":
 		need(args, 1)
 		conn, err := net.DialTimeout("tcp", args[0], 5*time.Second)

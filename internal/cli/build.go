@@ -23,7 +23,7 @@ func newBuild(a *app) *cobra.Command {
 				return withHint(fmt.Errorf("%s has no build section: it uses the image %s as it is", p.Meta.File, p.Image),
 					"build or pull "+p.Image+" yourself, or add build: {context: ...} to the profile")
 			}
-			project, err := e.project(p, generator.Options{Project: generator.ProjectName(e.workspace, "build")})
+			project, err := e.project(p, a.stderr, generator.Options{Project: generator.ProjectName(e.workspace, "build")})
 			if err != nil {
 				return err
 			}

@@ -3,13 +3,20 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/gitindex"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
+	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
 )
 
@@ -20,6 +27,10 @@ type doctorReport struct {
 	Workspace string             `json:"workspace"`
 	OK        bool               `json:"ok"`
 	Checks    []preflight.Result `json:"checks"`
+	// Warnings are what does not fail a check but weakens the profile
+	// here: workspace rules not followed through a symbolic link, hidden
+	// files that git tracks.
+	Warnings []string `json:"warnings"`
 }
 
 func newDoctor(a *app) *cobra.Command {
@@ -30,13 +41,17 @@ func newDoctor(a *app) *cobra.Command {
 		Long: `Run every preflight check that run passes before it creates anything (engine,
 image, workspace, mounts, required environment variables, host ports, trust,
 resources, runtime) and print each one's result, reason and hint. Unlike run, it
-does not stop at the first failure. It exits 0 only when every check passes.`,
+does not stop at the first failure. It exits 0 only when every check passes.
+Warnings follow the table: workspace rules that are not followed through a
+symbolic link, and hidden files that git tracks (the repository holds their
+content, which the sandbox can read); they do not change the exit code.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			e, p, err := loadSelected(a.profile)
 			if err != nil {
 				return err
 			}
+			warnings := append([]string{}, workspaceWarnings(e, p)...) // [] in JSON when none
 			var conn engineConn
 			defer conn.close()
 			ctx := context.Background()
@@ -53,7 +68,7 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 						return err
 					}
 				}
-				gen, _, err := e.generate(p)
+				gen, _, err := e.generate(p, io.Discard) // its warnings are in the report already
 				if err != nil {
 					return err
 				}
@@ -63,7 +78,7 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 					results = append(results, preflight.Result{Name: c.Name, Reason: "not run: a built-in check failed", Hints: []string{"fix the failing built-in checks first"}})
 				}
 			}
-			rep := doctorReport{Profile: p.Meta.File, Workspace: e.workspace, OK: preflight.OK(results), Checks: results}
+			rep := doctorReport{Profile: p.Meta.File, Workspace: e.workspace, OK: preflight.OK(results), Checks: results, Warnings: warnings}
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
@@ -87,6 +102,9 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 				if err := tw.Flush(); err != nil {
 					return err
 				}
+				for _, w := range warnings {
+					fmt.Fprintf(a.stdout, "warning: %s\n", w)
+				}
 			}
 			if !rep.OK {
 				return exitCode(ExitFailure)
@@ -97,4 +115,42 @@ does not stop at the first failure. It exits 0 only when every check passes.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON (see `"+name+" schema doctor`)")
 	cmd.Flags().BoolVar(&build, "build", false, "check as for run --build: an image the profile can build need not be there yet")
 	return cmd
+}
+
+// workspaceWarnings are doctor's warnings about the workspace: the rules
+// Match did not follow through a symbolic link, then each hidden path that
+// the workspace's git repository tracks, read from its index (git itself
+// is never run: the sandbox may have written its configuration).
+func workspaceWarnings(e env, p *profile.Profile) []string {
+	matches, warnings, err := hostinfo.Match(e.workspace, p)
+	if err != nil {
+		return append(warnings, fmt.Sprintf("cannot match the workspace rules: %v", err))
+	}
+	if len(p.Workspace.Hide) == 0 {
+		return warnings
+	}
+	tracked, err := gitindex.Tracked(e.workspace)
+	switch {
+	case errors.Is(err, gitindex.ErrNoRepository):
+		return warnings
+	case err != nil:
+		return append(warnings, fmt.Sprintf("cannot tell which hidden files git tracks: %v", err))
+	}
+	for _, rel := range hostinfo.HiddenTracked(p.Workspace.Hide, matches, tracked) {
+		rel = printable(rel)
+		warnings = append(warnings, fmt.Sprintf("%s is hidden but tracked by git: the repository holds its content, which the sandbox can read (git show :%s)", rel, rel))
+	}
+	return warnings
+}
+
+// printable returns s as it is when it prints as itself, else quoted: a
+// path in the workspace, or in an index the sandbox wrote, may hold
+// terminal escapes.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

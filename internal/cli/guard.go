@@ -10,14 +10,6 @@ import (
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
 
-// warnGuard prints what the guard's scan found that the user should know
-// (a .git that is a link, and so is not held).
-func (a *app) warnGuard(plan *guard.Plan) {
-	for _, n := range plan.Notes() {
-		fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, n)
-	}
-}
-
 // checkGuard judges what a sandbox left, once it has gone, prints what
 // was done, and forgets the plan. What could not be done is an error: a
 // file git would run may still be there.

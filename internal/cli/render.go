@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,12 +46,7 @@ The output is deterministic and loads with any Compose implementation.`,
 			// Podman's options differ; render shows them when the engine is
 			// named (it does not ask an engine which one it is).
 			podman := func(h *generator.Host) { h.Podman = cmp.Or(a.engine, p.Engine) == engine.Podman }
-			gen, plan, err := e.generate(p)
-			if err != nil {
-				return err
-			}
-			a.warnGuard(plan)
-			project, err := gen(o, podman)
+			project, err := e.project(p, a.stderr, o, podman)
 			if err != nil {
 				return err
 			}
@@ -86,8 +82,9 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 
 // project gathers the host facts p needs and generates its Compose project;
 // adjust adds what the launch found out itself (a forwarded SSH agent).
-func (e env) project(p *profile.Profile, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
-	gen, _, err := e.generate(p)
+// Warnings about the workspace rules and the guard's notes go to stderr.
+func (e env) project(p *profile.Profile, stderr io.Writer, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
+	gen, _, err := e.generate(p, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -101,10 +98,15 @@ type generateFunc func(o generator.Options, adjust ...func(*generator.Host)) (*t
 // generate gathers the host facts p needs (the workspace walk for its
 // patterns, the account files, the extra mounts, the guard's scan of the
 // git directories) once, for every project a launch generates: the first,
-// the one with the gateway's network, those of the declared checks. The
-// guard's plan is for run to prepare and check.
-func (e env) generate(p *profile.Profile) (generateFunc, *guard.Plan, error) {
-	host, err := hostinfo.Gather(p, e.workspace, e.dirs)
+// the one with the gateway's network, those of the declared checks. It
+// prints the warnings about the workspace rules (rules not followed through
+// a symbolic link) and the guard's notes to stderr. The guard's plan is for
+// run to prepare and check.
+func (e env) generate(p *profile.Profile, stderr io.Writer) (generateFunc, *guard.Plan, error) {
+	host, warnings, err := hostinfo.Gather(p, e.workspace, e.dirs)
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", name, w)
+	}
 	var me *hostinfo.MountsError
 	if errors.As(err, &me) {
 		return nil, nil, withHint(err, "write "+me.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")
@@ -113,6 +115,9 @@ func (e env) generate(p *profile.Profile) (generateFunc, *guard.Plan, error) {
 		return nil, nil, err
 	}
 	plan := hostinfo.Guard(p, &host)
+	for _, n := range plan.Notes() {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", name, n)
+	}
 	return func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
 		h := host // the adjustments change only fields of its own
 		for _, f := range adjust {

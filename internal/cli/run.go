@@ -121,7 +121,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+envGatewayBinary)
 		}
 	}
-	gen, plan, err := e.generate(p)
+	gen, plan, err := e.generate(p, a.stderr)
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,6 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	a.warnGuard(plan)
 
 	return func(ctx context.Context, eng *engine.Engine) (err error) {
 		// Leftovers of launchers that were killed before they could clean

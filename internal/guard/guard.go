@@ -369,7 +369,7 @@ func (p Plan) Notes() []string {
 // dir so that gc can check a sandbox whose launcher was killed.
 func (p *Plan) Prepare(dir, project string, now time.Time) error {
 	p.Project = project
-	// ctime is kept by a coarse clock (a tick, 1 to 10 ms): a change a
+	// ctime is kept by a coarse clock (a tick, 1 to 4 ms): a change a
 	// moment after now may be stamped a little before it.
 	p.Started = now.Add(-clockSlack)
 	p.PID = os.Getpid()
@@ -385,7 +385,7 @@ func (p *Plan) Prepare(dir, project string, now time.Time) error {
 }
 
 // clockSlack covers the coarseness of the clock that stamps ctime.
-const clockSlack = 50 * time.Millisecond
+const clockSlack = 10 * time.Millisecond
 
 // fileName is where a plan is saved under dir.
 func fileName(dir, project string) string { return filepath.Join(dir, project+".json") }

@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -132,12 +131,13 @@ func EnvNames() []string {
 }
 
 // Gather builds the generator's view of this host for profile p run in
-// workspace. It creates the empty file that hidden files are masked with
-// under dirs.State when the profile hides a file.
-func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, error) {
+// workspace, with Match's warnings about the workspace rules. It creates the
+// empty file that hidden files are masked with under dirs.State when the
+// profile hides a file.
+func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []string, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return generator.Host{}, fmt.Errorf("finding home directory: %w", err)
+		return generator.Host{}, nil, fmt.Errorf("finding home directory: %w", err)
 	}
 	h := generator.Host{
 		Workspace:  workspace,
@@ -152,14 +152,15 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, er
 		h.LogDir = dirs.LogDir()
 		h.ResolvDir = dirs.ResolvDir()
 	}
-	h.Matches, err = Match(workspace, p.Workspace.ReadOnly, p.Workspace.Hide)
+	var warnings []string
+	h.Matches, warnings, err = Match(workspace, p)
 	if err != nil {
-		return generator.Host{}, err
+		return generator.Host{}, nil, err
 	}
 	for _, m := range h.Matches {
 		if m.Hide && !m.Dir {
 			if h.EmptyFile, err = emptyFile(dirs.State); err != nil {
-				return generator.Host{}, err
+				return generator.Host{}, nil, err
 			}
 			break
 		}
@@ -180,13 +181,13 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, er
 	}
 	if p.User == "host" {
 		if h.Passwd, h.Group, err = accountFiles(dirs.State, h.UID, h.GID); err != nil {
-			return generator.Host{}, err
+			return generator.Host{}, nil, err
 		}
 	}
 	if h.ExtraMounts, err = ExtraMounts(os.LookupEnv); err != nil {
-		return generator.Host{}, err
+		return generator.Host{}, nil, err
 	}
-	return h, nil
+	return h, warnings, nil
 }
 
 func isFile(path string) bool {
@@ -299,86 +300,6 @@ func emptyFile(dir string) (string, error) {
 		return "", fmt.Errorf("creating %s: %w", name, err)
 	}
 	return name, nil
-}
-
-// Match finds the workspace entries that the readonly and hide patterns
-// select. A pattern without a slash matches a name at any depth, which takes
-// a walk of the whole tree; one that starts with / or has a slash inside is
-// matched against the path from the workspace root, without a walk. Symbolic
-// links are not matched (inside the sandbox they cannot point out of it).
-func Match(workspace string, readonly, hide []string) ([]generator.Match, error) {
-	found := map[string]generator.Match{}
-	add := func(rel string, dir, isHide bool) {
-		m := found[rel]
-		m.Path, m.Dir = rel, dir
-		m.Hide = m.Hide || isHide
-		found[rel] = m
-	}
-	type pattern struct {
-		pat  string
-		hide bool
-	}
-	var names []pattern
-	for _, list := range []struct {
-		pats []string
-		hide bool
-	}{{readonly, false}, {hide, true}} {
-		for _, pat := range list.pats {
-			pat = strings.TrimSuffix(pat, "/")
-			anchored, rooted := strings.CutPrefix(pat, "/")
-			if !rooted && !strings.Contains(pat, "/") {
-				names = append(names, pattern{pat, list.hide})
-				continue
-			}
-			hits, err := filepath.Glob(filepath.Join(workspace, filepath.FromSlash(anchored)))
-			if err != nil {
-				return nil, fmt.Errorf("matching %q: %w", pat, err)
-			}
-			for _, hit := range hits {
-				st, err := os.Lstat(hit)
-				if err != nil || st.Mode()&fs.ModeSymlink != 0 {
-					continue
-				}
-				rel, _ := filepath.Rel(workspace, hit)
-				add(filepath.ToSlash(rel), st.IsDir(), list.hide)
-			}
-		}
-	}
-	if len(names) > 0 {
-		err := filepath.WalkDir(workspace, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrPermission) {
-					return nil // unreadable here is unreadable in the sandbox too
-				}
-				return err
-			}
-			if p == workspace || d.Type()&fs.ModeSymlink != 0 {
-				return nil
-			}
-			rel, _ := filepath.Rel(workspace, p)
-			rel = filepath.ToSlash(rel)
-			hidden := false
-			for _, n := range names {
-				if ok, _ := path.Match(n.pat, d.Name()); ok {
-					add(rel, d.IsDir(), n.hide)
-					hidden = hidden || n.hide
-				}
-			}
-			if hidden && d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("matching workspace paths: %w", err)
-		}
-	}
-	out := make([]generator.Match, 0, len(found))
-	for _, m := range found {
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out, nil
 }
 
 // GuardRoots are the host directories the sandbox of p may change, for
