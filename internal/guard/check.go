@@ -66,6 +66,15 @@ func (p Plan) Check(quarantine string) Report {
 				c.putAside(rp.Root, rel, "git would read it, and it did not exist (or was a link) when the sandbox started")
 			}
 		}
+		for _, rel := range rp.Linked {
+			switch {
+			case !c.touched(rp.Source, rel):
+			case slices.Contains(rp.Configs, rel):
+				c.config(rp.Root, rel)
+			default:
+				c.putAside(rp.Root, rel, "git runs it, and it was changed through another name")
+			}
+		}
 		c.sweep(rp.Root, rp.Protected)
 	}
 	return c.report

@@ -84,6 +84,12 @@ type RootPlan struct {
 	MakeDirs []string `json:"make_dirs,omitempty"`
 	// Protected are the git directories whose surface is mounted read-only.
 	Protected []string `json:"protected,omitempty"`
+	// Linked are the read-only files of the surface that have other names
+	// (hard links) in the root, through which the sandbox could change
+	// them: judged at the end, configurations as configurations.
+	Linked []string `json:"linked,omitempty"`
+	// Configs are the configuration files among the surface.
+	Configs []string `json:"configs,omitempty"`
 	// Notes are what the scan found that the user should know.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -138,6 +144,7 @@ func scanRoot(r Root) RootPlan {
 	rp.hookConfigs()
 	slices.Sort(rp.ReadOnly)
 	rp.ReadOnly = slices.Compact(rp.ReadOnly)
+	rp.linked()
 	slices.Sort(rp.Absent)
 	rp.Absent = slices.Compact(rp.Absent)
 	return rp
@@ -190,6 +197,7 @@ func (rp *RootPlan) configFiles() {
 			continue
 		}
 		seen[file] = true
+		rp.Configs = append(rp.Configs, file)
 		data, err := readFile(rp.Source, file)
 		if err != nil {
 			continue
@@ -225,6 +233,32 @@ func (rp *RootPlan) configFiles() {
 			if path.Base(rel) == "_" && path.Dir(rel) != "." {
 				rp.addFile(path.Dir(rel))
 			}
+		}
+	}
+}
+
+// linked finds the files of the read-only surface that have other names:
+// a write through one of those changes them.
+func (rp *RootPlan) linked() {
+	var visit func(rel string, depth int)
+	visit = func(rel string, depth int) {
+		st, err := lstat(rp.Source, rel)
+		switch {
+		case err != nil || depth > 4:
+		case st.mode.IsRegular() && st.nlink > 1:
+			rp.Linked = append(rp.Linked, rel)
+			rp.Notes = append(rp.Notes, rel+" has other names (hard links) in the directory: checked when the sandbox ends")
+		case st.mode.IsDir():
+			names, _ := readDir(rp.Source, rel)
+			slices.Sort(names)
+			for _, n := range names {
+				visit(path.Join(rel, n), depth+1)
+			}
+		}
+	}
+	for _, rel := range rp.ReadOnly {
+		if path.Base(rel) != "worktrees" {
+			visit(rel, 0)
 		}
 	}
 }

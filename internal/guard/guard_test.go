@@ -218,6 +218,48 @@ func TestCheckHostGit(t *testing.T) {
 	}
 }
 
+// TestCheckLinked: a read-only file of the surface with another name in
+// the workspace, changed through that name, is judged when the run ends.
+func TestCheckLinked(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	repo(t, ws)
+	write(t, filepath.Join(ws, ".git", "hooks", "pre-commit"), "#!/bin/sh\ntrue\n")
+	for _, f := range []string{"config", "hooks/pre-commit"} {
+		if err := os.Link(filepath.Join(ws, ".git", f), filepath.Join(ws, strings.ReplaceAll(f, "/", "-")+".txt")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}})
+	if l := plan.Roots[0].Linked; !slices.Equal(l, []string{".git/config", ".git/hooks/pre-commit"}) {
+		t.Fatalf("linked %q", l)
+	}
+	if err := plan.Prepare(t.TempDir(), "p4", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	appendTo := func(name, text string) {
+		f, err := os.OpenFile(filepath.Join(ws, name), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(text)
+		f.Close()
+	}
+	appendTo("config.txt", "[core]\n\tfsmonitor = evil\n")
+	appendTo("hooks-pre-commit.txt", "evil\n")
+	rep := plan.Check(t.TempDir())
+	var got []string
+	for _, it := range rep.Items {
+		got = append(got, it.Path+": "+it.Action)
+	}
+	if want := []string{".git/config: " + Cleaned, ".git/hooks/pre-commit: " + PutAside}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if data, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); strings.Contains(string(data), "evil") {
+		t.Fatalf("config:\n%s", data)
+	}
+}
+
 // TestCheckKeepsWork: what git inside a sandbox does normally (commits, a
 // new repository made with git init, a worktree) is kept as it is.
 func TestCheckKeepsWork(t *testing.T) {
