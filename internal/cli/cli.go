@@ -217,7 +217,7 @@ func loadSelected(ref string) (env, *profile.Profile, error) {
 func (e env) loadProfile(ref string) (*profile.Profile, error) {
 	p, err := e.locs.Load(ref, hostinfo.Limits())
 	if errors.Is(err, profile.ErrNotFound) {
-		return nil, hintNotFound(err)
+		return nil, hintLoad(err)
 	}
 	if err != nil {
 		what := ref
@@ -226,15 +226,19 @@ func (e env) loadProfile(ref string) (*profile.Profile, error) {
 		} else {
 			what = fmt.Sprintf("profile %q", ref)
 		}
-		return nil, fmt.Errorf("loading %s: %w", what, err)
+		return nil, hintLoad(fmt.Errorf("loading %s: %w", what, err))
 	}
 	return p, nil
 }
 
-// hintNotFound adds the way to list profiles to a not-found error.
-func hintNotFound(err error) error {
-	if errors.Is(err, profile.ErrNotFound) {
+// hintLoad adds what to do about a profile that could not be found or read.
+func hintLoad(err error) error {
+	var re *profile.ReadError
+	switch {
+	case errors.Is(err, profile.ErrNotFound):
 		return withHint(err, "run `"+name+" profiles` to list the profiles there are")
+	case errors.As(err, &re):
+		return withHint(err, "a profile is a regular YAML file; if you did not make "+re.File+" what it is, a sandbox may have: remove it, and look at what else changed in the workspace")
 	}
 	return err
 }

@@ -27,6 +27,9 @@ type TrustStore struct {
 	Dir string
 }
 
+// maxStore bounds the trust store: a line per trusted profile and build.
+const maxStore = 64 << 20
+
 func (s TrustStore) file() string { return filepath.Join(s.Dir, "trusted.json") }
 
 // NeedsTrust reports whether a resolved profile must be trusted before it
@@ -64,12 +67,12 @@ func digest(p *Profile) string {
 }
 
 func (s TrustStore) read() (map[string]string, error) {
-	data, err := os.ReadFile(s.file())
+	data, err := fsutil.ReadRegular(s.file(), maxStore)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]string{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading trust store: %w", err)
+		return nil, fmt.Errorf("reading the trust store: %s %s", s.file(), fsutil.Problem(err))
 	}
 	m := map[string]string{}
 	if err := json.Unmarshal(data, &m); err != nil {

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/propio/propio-sandbox/internal/profile"
 )
@@ -195,5 +197,29 @@ func TestTrustStoreUnreadable(t *testing.T) {
 	}
 	if err := store.Trust(p); err == nil {
 		t.Error("Trust over a corrupt store succeeded, want an error that leaves it for the user to look at")
+	}
+}
+
+func TestTrustStoreFIFO(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(state, "trusted.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{profile.RepoProfile: "extends: open\n"})
+	p, err := profile.Locations{Workspace: ws}.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- profile.TrustStore{Dir: state}.Verify(p) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "trusted.json is a FIFO (named pipe), not a regular file") {
+			t.Errorf("Verify with a FIFO for a store = %v, want it named as a FIFO", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Verify still blocks on a FIFO store after 5s")
 	}
 }
