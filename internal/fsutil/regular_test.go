@@ -106,3 +106,52 @@ func TestReadRegularBound(t *testing.T) {
 		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"real/sub"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []struct{ name, target string }{
+		{"abs", filepath.Join(dir, "real")},
+		{"rel", "real/sub"},
+		{"dangling", filepath.Join(dir, "real", "later")},
+		{"chain", "abs"},
+		{"loop", "loop"},
+		{"up", "real/sub/.."},
+	} {
+		if err := os.Symlink(l.target, filepath.Join(dir, l.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := map[string]struct {
+		path   string
+		want   string
+		exists bool
+	}{
+		"no links":                    {"real/sub", "real/sub", true},
+		"absolute link":               {"abs/sub", "real/sub", true},
+		"relative link":               {"rel", "real/sub", true},
+		"a link to a link":            {"chain/sub", "real/sub", true},
+		"missing below a link":        {"abs/missing/deeper", "real/missing/deeper", false},
+		"a dangling link is followed": {"dangling", "real/later", false},
+		"below a dangling link":       {"dangling/x", "real/later/x", false},
+		"a loop stops where it is":    {"loop/x", "loop/x", false},
+		"dot-dot after a link":        {"up/sub", "real/sub", true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, exists := Resolve(filepath.Join(dir, tt.path))
+			if want := filepath.Join(dir, tt.want); got != want || exists != tt.exists {
+				t.Errorf("Resolve(%s) = %s, %v; want %s, %v", tt.path, got, exists, want, tt.exists)
+			}
+		})
+	}
+}

@@ -286,11 +286,6 @@ func (p *Profile) Check(l Limits) error {
 		}
 	}
 
-	for i, pat := range p.Env.Pass {
-		if strings.Trim(pat, "*?") == "" {
-			add(fmt.Sprintf("%q would pass every host variable", pat), "name the variables, or use a prefix glob such as AWS_*", "env", "pass", strconv.Itoa(i))
-		}
-	}
 	for i, name := range p.Env.Required {
 		if !MatchesAny(p.Env.Pass, name) {
 			add(fmt.Sprintf("%s is required but not passed, so the sandbox would never see it", name), fmt.Sprintf("add %s to env.pass", name), "env", "required", strconv.Itoa(i))
@@ -343,6 +338,10 @@ func (p *Profile) Check(l Limits) error {
 		add("cannot be published when network.mode is allowlist: the engine publishes no port of a container on an internal network",
 			"set network.mode: open to publish ports", "ports")
 	}
+	// Grants that undo the sandbox, as far as they can be told without the
+	// host (mount sources are judged by Grants).
+	unsafe, _ := p.judge(p.dangers(nil))
+	errs = append(errs, unsafe...)
 	p.checkEgress(add)
 	p.checkChangeset(add)
 	seen := map[string]bool{}

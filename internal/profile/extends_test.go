@@ -55,7 +55,7 @@ func TestExtendsMerge(t *testing.T) {
 			want:   "child",
 		},
 		"unset in the child keeps the parent's": {
-			parent: "image: parent/image\nuser: root\n",
+			parent: "image: parent/image\nuser: root\nunsafe: [root-user]\n",
 			child:  "description: child\n",
 			got:    func(p *profile.Profile) any { return []string{p.Image, p.User} },
 			want:   []string{"parent/image", "root"},

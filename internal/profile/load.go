@@ -187,6 +187,11 @@ func (l Locations) readFile(path, display string) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading profile %s: %w", display, err)
 	}
+	// The file's directory without links, so that a file of the workspace
+	// reached through a link is still known as one (the workspace has none).
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
+	}
 	// The file may be one the agent made: never block on it (a FIFO), never
 	// open a device.
 	f, err := fsutil.OpenRegular(abs)
@@ -347,7 +352,7 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 		}
 		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}, nil
 	}
-	p.src = &resolved{root: root, origin: origin, leaf: leaf}
+	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace}
 	p.Meta = Meta{Name: ref, File: leaf.File}
 	for _, d := range chain {
 		s := Source{File: d.File, Path: d.Path, SHA256: d.SHA256}

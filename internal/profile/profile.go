@@ -40,7 +40,10 @@ type Profile struct {
 	// Checks are run, each in a throwaway sandbox of this profile, after
 	// the built-in preflight checks and before the agent starts.
 	Checks []DeclaredCheck `yaml:"checks,omitempty"`
-	Meta   Meta            `yaml:"-"`
+	// Unsafe names the grants of this profile that undo the sandbox (see
+	// grants.go), which are refused unless named here, in a user profile.
+	Unsafe []string `yaml:"unsafe,omitempty"`
+	Meta   Meta     `yaml:"-"`
 	src    *resolved
 }
 
@@ -145,6 +148,9 @@ type resolved struct {
 	root   *yaml.Node
 	origin map[*yaml.Node]*Document
 	leaf   *Document
+	chain  []*Document // the leaf first, then each file it extends
+	// workspace is the directory whose files are repository profile files.
+	workspace string
 }
 
 // Pos returns the position of the field at path (keys and indexes), or of its

@@ -223,3 +223,29 @@ func TestTrustStoreFIFO(t *testing.T) {
 		t.Fatal("Verify still blocks on a FIFO store after 5s")
 	}
 }
+
+// TestNeedsTrustThroughALink: a repository profile named by a path through a
+// link to the workspace is still one.
+func TestNeedsTrustThroughALink(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	writeFiles(t, ws, map[string]string{profile.RepoProfile: "extends: open\nunsafe: []\n"})
+	if err := os.Symlink(ws, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	locs := profile.Locations{Workspace: ws}
+	p, err := locs.ResolveFile(filepath.Join(dir, "link", profile.RepoProfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !profile.NeedsTrust(p, ws) {
+		t.Errorf("NeedsTrust through a link = false, want true (chain %+v)", p.Meta.Chain)
+	}
+	if _, err := locs.LoadFile(filepath.Join(dir, "link", profile.RepoProfile), profile.Limits{}); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
+		t.Errorf("unsafe in a repository profile named through a link: %v, want it refused", err)
+	}
+}
