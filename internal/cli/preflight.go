@@ -18,6 +18,7 @@ import (
 type engineConn struct {
 	eng  *engine.Engine
 	stop func() error
+	host string // where the engine was found: unix:///... or what DOCKER_HOST says
 }
 
 // close releases the connection and stops a Podman API service started for
@@ -40,6 +41,7 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 		Ref:       a.profile,
 		Workspace: e.workspace,
 		Home:      home,
+		Dangers:   e.grantHost().Dangers,
 		Host:      generator.Host{Workspace: e.workspace, Home: home, PropioHome: hostinfo.PropioHome()},
 		Build:     build,
 		Limits:    hostinfo.Limits(),
@@ -50,7 +52,7 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 			if err != nil {
 				return nil, engineHint(err, nil, "", want)
 			}
-			conn.stop = loc.Stop
+			conn.stop, conn.host = loc.Stop, loc.Host
 			eng, err := connect(ctx, a, loc)
 			if err != nil {
 				return nil, err

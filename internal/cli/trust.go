@@ -23,6 +23,7 @@ $XDG_STATE_HOME/propio-sandbox/.`,
 			if err != nil {
 				return err
 			}
+			a.warnGrants(e.grants)
 			if !profile.NeedsTrust(p, e.workspace) {
 				fmt.Fprintf(a.stdout, "%s is not a repository profile: it needs no trust\n", p.Meta.File)
 				return nil

@@ -51,6 +51,9 @@ type Inputs struct {
 	Workspace string
 	// Home is the user's home directory.
 	Home string
+	// Dangers says why mounting a host path would undo the sandbox (the
+	// engine's socket in it, HOME in it, in ~/.ssh, ...); nil: nothing would.
+	Dangers func(path string) []profile.Danger
 	// Host is the generator's view of the host, for mount sources.
 	Host generator.Host
 	// Build: the image will be built first (--build).
@@ -146,6 +149,11 @@ func (c *checker) workspace(ctx context.Context) Result {
 		return fail("the workspace is /, the whole host filesystem", "run "+command+" in a project directory, not in /")
 	case c.Home != "" && samePath(ws, c.Home):
 		return fail(fmt.Sprintf("the workspace is your home directory %s: the sandbox would see and change all of it", c.Home), "run "+command+" in a project directory below your home")
+	}
+	if c.Dangers != nil {
+		if d := c.Dangers(ws); len(d) > 0 {
+			return fail("the workspace "+d[0].What, "run "+command+" in a project directory that holds no keys, credentials or engine socket (the sandbox may read and change all of it); mount what it needs with mounts in a profile of your own")
+		}
 	}
 	if _, err := c.connect(ctx); err != nil {
 		return pass(ws + " is a directory the sandbox may have (the engine's data directory was not compared: the engine is not reachable)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
@@ -119,6 +120,29 @@ func TestChecks(t *testing.T) {
 			e.info.DataDir = filepath.Dir(in.Workspace)
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
 		}, reason: "engine's data directory", hint: "outside"},
+		{name: "workspace holds the engine's socket", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			sock := filepath.Join(in.Workspace, "run", "docker.sock")
+			os.MkdirAll(filepath.Dir(sock), 0o755)
+			os.WriteFile(sock, nil, 0o644)
+			in.Dangers = profile.GrantHost{Home: in.Home, Sockets: []string{sock}, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "contains the engine's socket", hint: "no keys, credentials or engine socket"},
+		{name: "workspace a parent of HOME", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Home = filepath.Join(in.Workspace, "me")
+			os.Mkdir(in.Home, 0o755)
+			in.Dangers = profile.GrantHost{Home: in.Home, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "contains your home directory"},
+		{name: "workspace in ~/.ssh", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Home = in.Workspace
+			in.Workspace = filepath.Join(in.Home, ".ssh", "work")
+			os.MkdirAll(in.Workspace, 0o755)
+			in.Dangers = profile.GrantHost{Home: in.Home, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "is in ~/.ssh: the sandbox can read your SSH keys"},
+		{name: "workspace in ~/.aws", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Home = in.Workspace
+			in.Workspace = filepath.Join(in.Home, ".aws")
+			os.MkdirAll(in.Workspace, 0o755)
+			in.Dangers = profile.GrantHost{Home: in.Home, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "is in ~/.aws"},
 		{name: "workspace without engine", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
 		}, ok: true, reason: "was not compared"},

@@ -340,8 +340,7 @@ func (p *Profile) Check(l Limits) error {
 	}
 	// Grants that undo the sandbox, as far as they can be told without the
 	// host (mount sources are judged by Grants).
-	unsafe, _ := p.judge(p.dangers(nil))
-	errs = append(errs, unsafe...)
+	errs = append(errs, p.checkUnsafe(nil)...)
 	p.checkEgress(add)
 	p.checkChangeset(add)
 	seen := map[string]bool{}
@@ -405,6 +404,12 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 // sortByPos puts errors in file order: the leaf's first, then each file it
 // extends, each by line and column.
 func (p *Profile) sortByPos(errs List) {
+	slices.SortStableFunc(errs, func(a, b *Error) int { return p.comparePos(a.Pos, b.Pos) })
+}
+
+// comparePos orders positions in file order: the leaf's first, then each
+// file it extends, each by line and column.
+func (p *Profile) comparePos(a, b Pos) int {
 	rank := func(file string) int {
 		for i, s := range p.Meta.Chain {
 			if s.File == file {
@@ -413,10 +418,7 @@ func (p *Profile) sortByPos(errs List) {
 		}
 		return 0
 	}
-	slices.SortStableFunc(errs, func(a, b *Error) int {
-		return cmp.Or(cmp.Compare(rank(a.Pos.File), rank(b.Pos.File)),
-			cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
-	})
+	return cmp.Or(cmp.Compare(rank(a.File), rank(b.File)), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
 }
 
 // MatchesAny reports whether name matches one of the env patterns.

@@ -193,20 +193,17 @@ type found struct {
 	doc *Document
 }
 
-// dangers lists the grants of p that undo the sandbox. With h nil, only
-// those that need no host: capabilities, the user, env.pass globs and a
-// mount of / written as such.
-func (p *Profile) dangers(h *GrantHost) []found {
+// literalRoot reports whether a mount source is / as written.
+func literalRoot(source string) bool {
+	return !strings.ContainsAny(source, "$~") && path.Clean(source) == "/"
+}
+
+// hostDangers lists the grants of p's mount sources judged on h, but for a
+// mount of / as written, which hostFreeDangers has.
+func (p *Profile) hostDangers(h GrantHost) []found {
 	var out []found
-	add := func(name, what string, path ...string) {
-		out = append(out, found{Danger: Danger{name, what}, path: path})
-	}
 	for i, m := range p.Mounts {
-		idx := strconv.Itoa(i)
-		if h == nil {
-			if !strings.ContainsAny(m.Source, "$~") && path.Clean(m.Source) == "/" {
-				add(UnsafeHostRoot, m.Source+" is the host's root directory: the sandbox sees the whole host", "mounts", idx, "source")
-			}
+		if literalRoot(m.Source) {
 			continue
 		}
 		src := Expand(m.Source, Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome})
@@ -214,7 +211,23 @@ func (p *Profile) dangers(h *GrantHost) []found {
 			src = filepath.Join(m.Dir, src)
 		}
 		for _, d := range h.Dangers(src) {
-			add(d.Name, d.What, "mounts", idx, "source")
+			out = append(out, found{Danger: d, path: []string{"mounts", strconv.Itoa(i), "source"}})
+		}
+	}
+	return out
+}
+
+// hostFreeDangers lists the grants of p that undo the sandbox and need no
+// host to be told: capabilities, the user, env.pass globs and a mount of /
+// written as such.
+func (p *Profile) hostFreeDangers() []found {
+	var out []found
+	add := func(name, what string, path ...string) {
+		out = append(out, found{Danger: Danger{name, what}, path: path})
+	}
+	for i, m := range p.Mounts {
+		if literalRoot(m.Source) {
+			add(UnsafeHostRoot, m.Source+" is the host's root directory: the sandbox sees the whole host", "mounts", strconv.Itoa(i), "source")
 		}
 	}
 	if isRootUser(p.User) {
@@ -320,8 +333,7 @@ func (p *Profile) capDropSetter() (*Pos, *Document) {
 
 // judge splits the dangerous grants into the problems (made by a repository
 // profile file, or not named in unsafe) and the grants a user profile made
-// by naming them in unsafe. An unsafe field in a repository profile file is
-// a problem of its own.
+// by naming them in unsafe.
 func (p *Profile) judge(all []found) (List, []Grant) {
 	var errs List
 	var granted []Grant
@@ -335,7 +347,7 @@ func (p *Profile) judge(all []found) (List, []Grant) {
 		switch {
 		case p.src.isRepo(doc):
 			errs = append(errs, &Error{Pos: pos, Field: field, Msg: "unsafe grant " + f.Name + " in a repository profile: " + f.What,
-				Hint: "a repository profile can never grant " + f.Name + ": the agent can write it; if you mean it, grant it in a profile of your own (" + userProfileHint + ") that names it in unsafe, and extend or use that"})
+				Hint: "a repository profile can never grant " + f.Name + ": the agent can write it; if you mean it, grant it in a profile of your own (" + p.userProfiles() + ") that names it in unsafe, and extend or use that"})
 		case !slices.Contains(p.Unsafe, f.Name):
 			errs = append(errs, &Error{Pos: pos, Field: field, Msg: "unsafe grant " + f.Name + " not named in unsafe: " + f.What,
 				Hint: "this undoes the sandbox; if you mean it, name it in unsafe: [" + f.Name + "] in " + pos.File + ", or remove the grant"})
@@ -347,29 +359,61 @@ func (p *Profile) judge(all []found) (List, []Grant) {
 			}
 		}
 	}
-	if p.src != nil {
-		for _, d := range p.src.chain {
-			if k := lookupKey(d.Root, "unsafe"); k != nil && p.src.isRepo(d) {
-				errs = append(errs, &Error{Pos: posOf(d.File, k), Field: "unsafe",
-					Msg:  "a repository profile cannot name unsafe grants: the agent can write it",
-					Hint: "name unsafe grants only in a profile of your own (" + userProfileHint + "), outside the workspace"})
-			}
-		}
-	}
+	slices.SortStableFunc(granted, func(a, b Grant) int { return p.comparePos(a.Pos, b.Pos) })
 	return errs, granted
 }
 
-const userProfileHint = "$XDG_CONFIG_HOME/propio-sandbox/profiles/NAME.yaml"
+// repoUnsafe reports unsafe set in a repository profile file, at each.
+func (p *Profile) repoUnsafe() List {
+	if p.src == nil {
+		return nil
+	}
+	var errs List
+	for _, d := range p.src.chain {
+		if k := lookupKey(d.Root, "unsafe"); k != nil && p.src.isRepo(d) {
+			errs = append(errs, &Error{Pos: posOf(d.File, k), Field: "unsafe",
+				Msg:  "a repository profile cannot name unsafe grants: the agent can write it",
+				Hint: "name unsafe grants only in a profile of your own (" + p.userProfiles() + "), outside the workspace"})
+		}
+	}
+	return errs
+}
+
+// checkUnsafe is the part of Check about unsafe grants: those it can tell
+// without the host, and unsafe set where it may not be; with h, the mount
+// sources judged on the host too.
+func (p *Profile) checkUnsafe(h *GrantHost) List {
+	all := p.hostFreeDangers()
+	if h != nil {
+		all = append(all, p.hostDangers(*h)...)
+	}
+	errs, _ := p.judge(all)
+	return append(errs, p.repoUnsafe()...)
+}
+
+// userProfiles names where a user profile would go, for hints.
+func (p *Profile) userProfiles() string {
+	if p.src != nil && p.src.configDir != "" {
+		return filepath.Join(p.src.configDir, "NAME.yaml")
+	}
+	return "$XDG_CONFIG_HOME/propio-sandbox/profiles/NAME.yaml"
+}
 
 // Grants judges every grant of p that undoes the sandbox, mount sources
 // resolved on h included. It returns the ones granted (by a user profile
 // naming them in unsafe), each to be shown as a warning, and a List of the
 // others: those of a repository profile file, and those unsafe does not name.
 func (p *Profile) Grants(h GrantHost) ([]Grant, error) {
-	errs, granted := p.judge(p.dangers(&h))
+	errs, granted := p.judge(append(p.hostFreeDangers(), p.hostDangers(h)...))
+	errs = append(errs, p.repoUnsafe()...)
 	p.sortByPos(errs)
 	return granted, errs.err()
 }
+
+// Granted returns the unsafe grants of a profile that Load judged on the
+// host (Locations.Host set), which its user profile named in unsafe; each is
+// to be shown as a warning.
+func (p *Profile) Granted() []Grant { return p.granted }
 
 // originOf returns the file that set the field at path, nil when unknown.
 func (p *Profile) originOf(path []string) *Document {

@@ -31,8 +31,12 @@ type Locations struct {
 	// ($XDG_CONFIG_HOME/propio-sandbox/profiles).
 	ConfigDir string
 	// Workspace is the directory the command runs in; its RepoProfile is used
-	// when no profile is named.
+	// when no profile is named. Profile files inside it are repository
+	// profile files.
 	Workspace string
+	// Host, when set, has Load judge mount sources on these host facts too
+	// (see Profile.Grants), reporting what it refuses with the rest.
+	Host *GrantHost
 }
 
 // IsPath reports whether a profile reference names a file rather than a profile.
@@ -96,6 +100,13 @@ func (l Locations) load(ref string, leaf *Document, leafErr error, limits Limits
 	var checked List
 	if err := p.Check(limits); err != nil {
 		checked = err.(List)
+	}
+	if l.Host != nil {
+		// Mount sources judged on the host; Check has judged the rest.
+		hd := p.hostDangers(*l.Host)
+		errs, _ := p.judge(hd)
+		checked = append(checked, errs...)
+		_, p.granted = p.judge(append(p.hostFreeDangers(), hd...))
 	}
 	// A field the schema rejected is reported once, by the schema.
 	flagged := map[string]bool{}
@@ -352,7 +363,7 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 		}
 		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}, nil
 	}
-	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace}
+	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace, configDir: l.ConfigDir}
 	p.Meta = Meta{Name: ref, File: leaf.File}
 	for _, d := range chain {
 		s := Source{File: d.File, Path: d.Path, SHA256: d.SHA256}

@@ -45,6 +45,8 @@ type Profile struct {
 	Unsafe []string `yaml:"unsafe,omitempty"`
 	Meta   Meta     `yaml:"-"`
 	src    *resolved
+	// granted are the unsafe grants Load judged on the host and allowed.
+	granted []Grant
 }
 
 // Meta says where a resolved profile came from.
@@ -151,6 +153,7 @@ type resolved struct {
 	chain  []*Document // the leaf first, then each file it extends
 	// workspace is the directory whose files are repository profile files.
 	workspace string
+	configDir string // where user profiles are, for hints
 }
 
 // Pos returns the position of the field at path (keys and indexes), or of its
