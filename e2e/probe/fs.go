@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fsOps runs file operations in order, each one argument of words:
@@ -20,6 +22,7 @@ import (
 //	mv FROM TO           rename
 //	chmod MODE PATH      set the permission bits (octal)
 //	symlink TARGET PATH  make a symbolic link
+//	mkfifo PATH          make a named pipe (FIFO)
 //	sleep DURATION       wait (printing "sleeping" first)
 //
 // It prints "done N" after N operations, or fails at the first that fails.
@@ -64,6 +67,8 @@ func fsOps(ops []string) {
 			}
 		case "symlink":
 			err = os.Symlink(arg(1), arg(2))
+		case "mkfifo":
+			err = unix.Mkfifo(arg(1), 0o644)
 		case "sleep":
 			var d time.Duration
 			if d, err = time.ParseDuration(arg(1)); err == nil {
