@@ -393,3 +393,29 @@ func TestGrantsFromRepository(t *testing.T) {
 		t.Errorf("granted %+v, want the user profile's mount of ~/.ssh", granted)
 	}
 }
+
+// TestReadmeCapabilities: the README's table of the capabilities that break
+// isolation is DangerousCaps, row for row.
+func TestReadmeCapabilities(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `") && strings.Count(line, "|") == 3 {
+			rows = append(rows, line)
+		}
+	}
+	start := slices.Index(rows, "| `"+profile.DangerousCaps[0].Name+"` | "+profile.DangerousCaps[0].Why+" |")
+	if start < 0 {
+		t.Fatalf("the README has no row for %s", profile.DangerousCaps[0].Name)
+	}
+	for i, c := range profile.DangerousCaps {
+		want := "| `" + c.Name + "` | " + c.Why + " |"
+		if start+i >= len(rows) || rows[start+i] != want {
+			t.Errorf("README row %d of the capability table: want %q", i, want)
+		}
+	}
+}
