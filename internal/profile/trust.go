@@ -98,20 +98,67 @@ func (s TrustStore) Verify(p *Profile) error {
 	return nil
 }
 
-// Trust records the profile as trusted as it is now. The store is replaced
-// atomically: a failure leaves the previous one intact.
-func (s TrustStore) Trust(p *Profile) error {
+// Record is a record of the trust store besides a profile's own, such as an
+// image build's: the digest trusted under Key, and the text it digests,
+// kept beside the store (in trusted-manifests/) so that a later change can
+// be told file by file. trusted.json stays an object of keys to digests.
+type Record struct {
+	Key, Digest string
+	Text        []byte
+}
+
+func (s TrustStore) manifest(digest string) string {
+	return filepath.Join(s.Dir, "trusted-manifests", digest+".json")
+}
+
+// Lookup returns the digest trusted under key, and the text kept with it
+// (nil when it is not there, or is not what the digest says).
+func (s TrustStore) Lookup(key string) (digest string, text []byte, found bool, err error) {
+	m, err := s.read()
+	if err != nil {
+		return "", nil, false, err
+	}
+	digest, found = m[key]
+	if !found {
+		return "", nil, false, nil
+	}
+	if b, err := fsutil.ReadRegular(s.manifest(digest), maxStore); err == nil {
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) == digest {
+			text = b
+		}
+	}
+	return digest, text, true, nil
+}
+
+// Trust records the profile (when p is not nil) and the records as trusted
+// as they are now. The store is replaced atomically: a failure leaves the
+// previous one intact.
+func (s TrustStore) Trust(p *Profile, records ...Record) error {
 	m, err := s.read()
 	if err != nil {
 		return err
 	}
-	m[p.Meta.Chain[0].Path] = digest(p)
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
+	if p != nil {
+		m[p.Meta.Chain[0].Path] = digest(p)
 	}
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("recording trust: %w", err)
+	}
+	for _, e := range records {
+		m[e.Key] = e.Digest
+		if e.Text == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(s.manifest(e.Digest)), 0o700); err != nil {
+			return fmt.Errorf("recording trust: %w", err)
+		}
+		if err := fsutil.WriteFileAtomic(s.manifest(e.Digest), e.Text, 0o600); err != nil {
+			return fmt.Errorf("recording trust: %w", err)
+		}
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
 	}
 	return fsutil.WriteFileAtomic(s.file(), append(data, '\n'), 0o600)
 }

@@ -1,6 +1,9 @@
 package profile_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -247,5 +250,64 @@ func TestNeedsTrustThroughALink(t *testing.T) {
 	}
 	if _, err := locs.LoadFile(filepath.Join(dir, "link", profile.RepoProfile), profile.Limits{}); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
 		t.Errorf("unsafe in a repository profile named through a link: %v, want it refused", err)
+	}
+}
+
+// TestTrustRecords: a record besides a profile's (a build's digest) is kept
+// under a key of its own in the same trusted.json, which stays an object of
+// keys to digests as older versions wrote and read it; the text it digests
+// is kept beside it.
+func TestTrustRecords(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{profile.RepoProfile: "extends: open\n"})
+	// A store as an older version left it.
+	writeFiles(t, state, map[string]string{"trusted.json": "{\n  \"/old/repo/.propio/sandbox.yaml\": \"" + strings.Repeat("a", 64) + "\"\n}\n"})
+	store := profile.TrustStore{Dir: state}
+	p, err := profile.Locations{Workspace: ws}.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := []byte("what the build reads\n")
+	sum := sha256.Sum256(text)
+	rec := profile.Record{Key: "build:/ws/Dockerfile", Digest: hex.EncodeToString(sum[:]), Text: text}
+	if _, _, found, err := store.Lookup(rec.Key); found || err != nil {
+		t.Fatalf("Lookup before trust: found %v, %v", found, err)
+	}
+	if err := store.Trust(p, rec); err != nil {
+		t.Fatal(err)
+	}
+	digest, got, found, err := store.Lookup(rec.Key)
+	if err != nil || !found || digest != rec.Digest || string(got) != string(text) {
+		t.Errorf("Lookup = %q, %q, %v, %v", digest, got, found, err)
+	}
+	if err := store.Verify(p); err != nil {
+		t.Errorf("the profile trusted with the record: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(state, "trusted.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("trusted.json is no longer an object of strings: %v\n%s", err, data)
+	}
+	if len(m) != 3 || m["/old/repo/.propio/sandbox.yaml"] != strings.Repeat("a", 64) || m[rec.Key] != rec.Digest {
+		t.Errorf("trusted.json: %v", m)
+	}
+	// A kept text that does not match its digest is not given back.
+	if err := os.WriteFile(filepath.Join(state, "trusted-manifests", rec.Digest+".json"), []byte("forged\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, _, _ := store.Lookup(rec.Key); got != nil {
+		t.Errorf("Lookup gave back a text that does not match its digest: %q", got)
+	}
+	// A record alone, without a profile.
+	if err := store.Trust(nil, profile.Record{Key: "build:/other/Dockerfile", Digest: rec.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, _ := store.Lookup("build:/other/Dockerfile"); !found {
+		t.Error("a record trusted without a profile is not found")
 	}
 }
