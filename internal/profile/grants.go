@@ -199,14 +199,29 @@ func literalRoot(source string) bool {
 }
 
 // hostDangers lists the grants of p's mount sources judged on h, but for a
-// mount of / as written, which hostFreeDangers has.
+// mount of / as written, which hostFreeDangers has, and of the build context
+// a profile file sets: a build sees all of its context, and may copy any of
+// it into the image the sandbox runs.
 func (p *Profile) hostDangers(h GrantHost) []found {
 	var out []found
+	vars := Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome}
+	// A built-in's context is the install's (${PROPIO_HOME}): the user's
+	// choice, judged by no profile.
+	if d := p.originOf([]string{"build", "context"}); p.Build != nil && p.Build.Context != "" && (d == nil || d.Path != "") {
+		ctx := Expand(p.Build.Context, vars)
+		if !filepath.IsAbs(ctx) {
+			ctx = filepath.Join(p.Build.Dir, ctx)
+		}
+		for _, d := range h.Dangers(ctx) {
+			d.What = strings.Replace(d.What, "the sandbox", "the build, and so the image it makes,", 1)
+			out = append(out, found{Danger: d, path: []string{"build", "context"}})
+		}
+	}
 	for i, m := range p.Mounts {
 		if literalRoot(m.Source) {
 			continue
 		}
-		src := Expand(m.Source, Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome})
+		src := Expand(m.Source, vars)
 		if !filepath.IsAbs(src) {
 			src = filepath.Join(m.Dir, src)
 		}

@@ -419,3 +419,36 @@ func TestReadmeCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantsBuildContext: a build context of HOME (or of ~/.ssh, ...) hands
+// the build, and the image it makes, what a mount of it would hand the
+// sandbox: the same grant, at build.context.
+func TestGrantsBuildContext(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{
+		"home/.ssh/id_ed25519": "key",
+		"cfg/home.yaml":        "image: a\nbuild: {context: '${HOME}'}\n",
+		"cfg/project.yaml":     "image: a\nbuild: {context: ~/project}\n",
+	})
+	host := profile.GrantHost{Home: filepath.Join(dir, "home"), Workspace: filepath.Join(dir, "ws"), Resolve: fsutil.Resolve}
+	locs := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: host.Workspace, Host: &host}
+	_, err = locs.Load("home", profile.Limits{})
+	if got := grantProblems(t, err, dir); !slices.Equal(got, []string{"cfg/home.yaml:2:18 build.context unnamed home"}) {
+		t.Errorf("a build context of HOME: %q", got)
+	}
+	if err != nil && !strings.Contains(err.Error(), "the build, and so the image it makes, sees all of it") {
+		t.Errorf("the message does not say it is the build that sees it: %v", err)
+	}
+	if _, err := locs.Load("project", profile.Limits{}); err != nil {
+		t.Errorf("a build context of a project below HOME: %v", err)
+	}
+	// A built-in's context is the install root, whatever it is.
+	host.PropioHome = host.Home
+	if _, err := locs.Load("offline", profile.Limits{}); err != nil {
+		t.Errorf("a built-in with PROPIO_HOME at HOME: %v", err)
+	}
+}
