@@ -67,11 +67,17 @@ type Paths struct {
 
 // InWorkspace reports whether the build's inputs are files the agent can
 // change: the Dockerfile is in the workspace, or the context and the
-// workspace overlap (one holds the other). Links are resolved first.
+// workspace overlap (one holds the other); by their paths as given, or
+// with links resolved (a link in the workspace leads where the agent chose).
 func (p Paths) InWorkspace(workspace string) bool {
 	ctx, _ := fsutil.Resolve(p.Context)
 	df, _ := fsutil.Resolve(p.Dockerfile)
-	return within(workspace, ctx) || within(ctx, workspace) || within(workspace, df)
+	for _, c := range []string{filepath.Clean(p.Context), ctx} {
+		if within(workspace, c) || within(c, workspace) {
+			return true
+		}
+	}
+	return within(workspace, filepath.Clean(p.Dockerfile)) || within(workspace, df)
 }
 
 func within(dir, path string) bool {

@@ -234,4 +234,19 @@ func TestInWorkspace(t *testing.T) {
 			t.Errorf("context %s, Dockerfile %s: %v, want %v", tc.ctx, tc.df, got, tc.want)
 		}
 	}
+	// A context in the workspace that the agent made a link to elsewhere is
+	// still the workspace's; so is one elsewhere that links into it.
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	write(t, dir, map[string]string{"ws/Dockerfile": "FROM x\n", "elsewhere/Dockerfile": "FROM x\n"})
+	os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(ws, "build"))
+	os.Symlink(ws, filepath.Join(dir, "to-ws"))
+	for _, ctx := range []string{filepath.Join(ws, "build"), filepath.Join(dir, "to-ws")} {
+		if !(Paths{ctx, filepath.Join(ctx, "Dockerfile")}).InWorkspace(ws) {
+			t.Errorf("context %s: not in the workspace %s", ctx, ws)
+		}
+	}
 }

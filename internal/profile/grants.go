@@ -442,5 +442,5 @@ func (p *Profile) originOf(path []string) *Document {
 // isRepo reports whether d is a repository profile file: a file of the
 // chain inside the workspace, which the agent can write.
 func (r *resolved) isRepo(d *Document) bool {
-	return r != nil && d != nil && d.Path != "" && r.workspace != "" && within(r.workspace, d.Path)
+	return r != nil && d != nil && inWorkspace(r.workspace, d.Path, d.Real)
 }

@@ -198,10 +198,12 @@ func (l Locations) readFile(path, display string) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading profile %s: %w", display, err)
 	}
-	// The file's directory without links, so that a file of the workspace
-	// reached through a link is still known as one (the workspace has none).
+	// The file's path with its directory's links resolved too, so that a
+	// file of the workspace reached through a link is known as one (the
+	// workspace has none); the path as named stays what the file is known by.
+	real := abs
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		abs = filepath.Join(dir, filepath.Base(abs))
+		real = filepath.Join(dir, filepath.Base(abs))
 	}
 	// The file may be one the agent made: never block on it (a FIFO), never
 	// open a device.
@@ -215,7 +217,7 @@ func (l Locations) readFile(path, display string) (*Document, error) {
 	defer f.Close()
 	d, err := Parse(display, filepath.Dir(abs), f)
 	if d != nil {
-		d.Path = abs
+		d.Path, d.Real = abs, real
 	}
 	return d, err
 }
@@ -366,7 +368,7 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace, configDir: l.ConfigDir}
 	p.Meta = Meta{Name: ref, File: leaf.File}
 	for _, d := range chain {
-		s := Source{File: d.File, Path: d.Path, SHA256: d.SHA256}
+		s := Source{File: d.File, Path: d.Path, Real: d.Real, SHA256: d.SHA256}
 		p.Meta.Chain = append(p.Meta.Chain, s)
 	}
 	if p.Build != nil {

@@ -60,6 +60,7 @@ type Meta struct {
 type Source struct {
 	File   string // path, or builtin:NAME
 	Path   string // absolute path on disk; empty for built-ins
+	Real   string // Path with the links of its directory resolved
 	SHA256 string
 }
 

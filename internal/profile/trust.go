@@ -39,11 +39,19 @@ func NeedsTrust(p *Profile, workspace string) bool {
 		return false
 	}
 	for _, s := range p.Meta.Chain {
-		if s.Path != "" && within(workspace, s.Path) {
+		if inWorkspace(workspace, s.Path, s.Real) {
 			return true
 		}
 	}
 	return false
+}
+
+// inWorkspace reports whether a profile file, by its path as named (path)
+// or with its directory's links resolved (real), is in the workspace: a link
+// in the workspace to a file elsewhere is the workspace's, and so is a file
+// of the workspace named through a link to it.
+func inWorkspace(workspace, path, real string) bool {
+	return workspace != "" && (path != "" && within(workspace, path) || real != "" && within(workspace, real))
 }
 
 func within(dir, path string) bool {

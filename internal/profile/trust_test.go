@@ -311,3 +311,33 @@ func TestTrustRecords(t *testing.T) {
 		t.Error("a record trusted without a profile is not found")
 	}
 }
+
+// TestNeedsTrustLinkOut: a .propio that the agent made a link to a directory
+// of the user's profiles is still the repository's profile: it needs trust,
+// and may not name unsafe grants.
+func TestNeedsTrustLinkOut(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"cfg/sandbox.yaml": "extends: open\nuser: root\nunsafe: [root-user]\n"})
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "cfg"), filepath.Join(ws, ".propio")); err != nil {
+		t.Fatal(err)
+	}
+	locs := profile.Locations{Workspace: ws}
+	p, err := locs.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !profile.NeedsTrust(p, ws) {
+		t.Errorf("NeedsTrust through a .propio link out of the workspace = false, want true (chain %+v)", p.Meta.Chain)
+	}
+	if _, err := locs.Load("", profile.Limits{}); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
+		t.Errorf("a user's profile reached through a link in the workspace: %v, want its unsafe refused", err)
+	}
+}
