@@ -119,6 +119,27 @@ func (h Host) Vars() profile.Vars {
 	return profile.Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome}
 }
 
+// BuildPaths returns the build context and the Dockerfile of p (which has a
+// build section) on h, absolute: the context expanded and relative to the
+// profile file that set it, the Dockerfile relative to the context, as the
+// engine takes it (Dockerfile when unset).
+func BuildPaths(p *profile.Profile, h Host) (context, dockerfile string) {
+	vars := h.Vars()
+	context = profile.Expand(p.Build.Context, vars)
+	if !filepath.IsAbs(context) {
+		context = filepath.Join(p.Build.Dir, context)
+	}
+	context = filepath.Clean(context)
+	dockerfile = profile.Expand(p.Build.Dockerfile, vars)
+	if dockerfile == "" {
+		dockerfile = "Dockerfile"
+	}
+	if !filepath.IsAbs(dockerfile) {
+		dockerfile = filepath.Join(context, dockerfile)
+	}
+	return context, filepath.Clean(dockerfile)
+}
+
 // MountSource returns the host path of a profile mount, expanded and absolute.
 func MountSource(m profile.Mount, h Host) string {
 	src := profile.Expand(m.Source, h.Vars())
@@ -163,12 +184,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	svc.Image = p.Image
 	svc.PullPolicy = types.PullPolicyNever // images are built or pulled by the user, never behind their back
 	if p.Build != nil {
-		ctx := profile.Expand(p.Build.Context, vars)
-		if !filepath.IsAbs(ctx) {
-			ctx = filepath.Join(p.Build.Dir, ctx)
-		}
+		ctx, _ := BuildPaths(p, h)
 		svc.Build = &types.BuildConfig{
-			Context:    filepath.Clean(ctx),
+			Context:    ctx,
 			Dockerfile: profile.Expand(p.Build.Dockerfile, vars),
 			Target:     p.Build.Target,
 		}

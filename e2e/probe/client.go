@@ -362,3 +362,20 @@ func wrap(doing string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }
+
+// unixGet sends GET path over HTTP on the unix socket sock and prints
+// "status N" then the first 4 KiB of the body.
+func unixGet(sock, path string) {
+	c := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}
+	resp, err := c.Get("http://engine" + path)
+	check(err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	fmt.Printf("status %d\n%s\n", resp.StatusCode, body)
+}

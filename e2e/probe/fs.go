@@ -25,6 +25,7 @@ import (
 //	chmod MODE PATH      set the mode bits (octal, setuid/setgid/sticky included)
 //	cpr FROM TO          copy FROM (a file, or a directory and all below it) to TO
 //	symlink TARGET PATH  make a symbolic link
+//	mkfifo PATH          make a named pipe (FIFO)
 //	sleep DURATION       wait (printing "sleeping" first)
 //
 // It prints "done N" after N operations, or fails at the first that fails.
@@ -71,6 +72,8 @@ func fsOps(ops []string) {
 			err = copyTree(arg(1), arg(2))
 		case "symlink":
 			err = os.Symlink(arg(1), arg(2))
+		case "mkfifo":
+			err = unix.Mkfifo(arg(1), 0o644)
 		case "sleep":
 			var d time.Duration
 			if d, err = time.ParseDuration(arg(1)); err == nil {

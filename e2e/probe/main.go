@@ -10,6 +10,7 @@
 //	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", ...; see fs.go)
 //	probe find TEXT DIR       read every file reachable below DIR, through links, and print "found PATH" for each holding TEXT, then "searched N files"
 //	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
+//	probe unixget SOCKET PATH GET PATH over HTTP on a unix socket (an engine's API), print "status N" then the first 4 KiB of the body
 //	probe cat                 copy stdin to stdout
 //	probe tty                 print whether stdin and stdout are terminals
 //	probe sleep DURATION      sleep, printing "ready" first; on SIGTERM or SIGINT print it and exit 143 or 130
@@ -122,6 +123,9 @@ func main() {
 		n, _ := conn.Read(buf)
 		conn.Close()
 		fmt.Printf("connected: %s\n", buf[:n])
+	case "unixget":
+		need(args, 2)
+		unixGet(args[0], args[1])
 	case "tcp":
 		tcpEcho(args)
 	case "udp":

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/propio/propio-sandbox/generator"
@@ -22,6 +23,11 @@ func newBuild(a *app) *cobra.Command {
 			if p.Build == nil {
 				return withHint(fmt.Errorf("%s has no build section: it uses the image %s as it is", p.Meta.File, p.Image),
 					"build or pull "+p.Image+" yourself, or add build: {context: ...} to the profile")
+			}
+			// What the build reads of the workspace must be trusted as it is
+			// (and a repository profile too), as for run --build.
+			if r := a.trustCheck(e, p); !r.OK {
+				return withHint(errors.New(r.Reason), r.Hints...)
 			}
 			project, err := e.project(p, a.stderr, generator.Options{Project: generator.ProjectName(e.workspace, "build")})
 			if err != nil {

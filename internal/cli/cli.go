@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
@@ -188,6 +191,9 @@ type env struct {
 	dirs      hostinfo.Dirs
 	workspace string
 	locs      profile.Locations
+	// grants are the unsafe grants of the profile loadSelected loaded,
+	// which a user profile named in unsafe: run, render and trust show them.
+	grants []profile.Grant
 }
 
 func loadEnv() (env, error) {
@@ -199,7 +205,10 @@ func loadEnv() (env, error) {
 	if err != nil {
 		return env{}, err
 	}
-	return env{dirs: dirs, workspace: ws, locs: profile.Locations{ConfigDir: dirs.ProfileDir(), Workspace: ws}}, nil
+	e := env{dirs: dirs, workspace: ws, locs: profile.Locations{ConfigDir: dirs.ProfileDir(), Workspace: ws}}
+	host := e.grantHost()
+	e.locs.Host = &host
+	return e, nil
 }
 
 // loadSelected gathers the environment and loads the profile ref selects.
@@ -209,7 +218,38 @@ func loadSelected(ref string) (env, *profile.Profile, error) {
 		return env{}, nil, err
 	}
 	p, err := e.loadProfile(ref)
-	return e, p, err
+	if err != nil {
+		return e, nil, err
+	}
+	e.grants = p.Granted()
+	return e, p, nil
+}
+
+// grantHost are the host facts that mount sources are judged on, with the
+// engine sockets there may be and those a launch found (extra).
+func (e env) grantHost(extra ...string) profile.GrantHost {
+	home, _ := os.UserHomeDir()
+	return profile.GrantHost{
+		Home:       home,
+		Workspace:  e.workspace,
+		PropioHome: hostinfo.PropioHome(),
+		Sockets:    append(engine.Sockets(os.Getenv, home), extra...),
+		Resolve:    fsutil.Resolve,
+		SameFile:   sameFile,
+	}
+}
+
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// warnGrants prints a warning for each unsafe grant.
+func (a *app) warnGrants(grants []profile.Grant) {
+	for _, g := range grants {
+		fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, g)
+	}
 }
 
 // loadProfile loads the profile a subcommand was pointed at, with every
@@ -217,24 +257,30 @@ func loadSelected(ref string) (env, *profile.Profile, error) {
 func (e env) loadProfile(ref string) (*profile.Profile, error) {
 	p, err := e.locs.Load(ref, hostinfo.Limits())
 	if errors.Is(err, profile.ErrNotFound) {
-		return nil, hintNotFound(err)
+		return nil, hintLoad(err)
 	}
 	if err != nil {
-		what := ref
-		if what == "" {
-			what = "the default profile"
-		} else {
-			what = fmt.Sprintf("profile %q", ref)
-		}
-		return nil, fmt.Errorf("loading %s: %w", what, err)
+		return nil, hintLoad(fmt.Errorf("loading %s: %w", loading(ref), err))
 	}
 	return p, nil
 }
 
-// hintNotFound adds the way to list profiles to a not-found error.
-func hintNotFound(err error) error {
-	if errors.Is(err, profile.ErrNotFound) {
+// loading names the profile ref selects, for errors.
+func loading(ref string) string {
+	if ref == "" {
+		return "the default profile"
+	}
+	return fmt.Sprintf("profile %q", ref)
+}
+
+// hintLoad adds what to do about a profile that could not be found or read.
+func hintLoad(err error) error {
+	var re *profile.ReadError
+	switch {
+	case errors.Is(err, profile.ErrNotFound):
 		return withHint(err, "run `"+name+" profiles` to list the profiles there are")
+	case errors.As(err, &re):
+		return withHint(err, "a profile is a regular YAML file; if you did not make "+re.File+" what it is, a sandbox may have: remove it, and look at what else changed in the workspace")
 	}
 	return err
 }

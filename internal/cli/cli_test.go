@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/propio/propio-sandbox/internal/cli"
@@ -47,7 +48,7 @@ func TestScripts(t *testing.T) {
 		Dir:                 filepath.Join("testdata", "script"),
 		Setup:               setup,
 		Condition:           condition,
-		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON, "doctorschema": cmdDoctorSchema, "mkchangeset": cmdMkChangeset},
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"exitcode": cmdExitcode, "validjson": cmdValidJSON, "doctorschema": cmdDoctorSchema, "mkchangeset": cmdMkChangeset, "mkfifo": cmdMkfifo},
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		UpdateScripts:       updating(),
@@ -189,4 +190,14 @@ func cmdDoctorSchema(ts *testscript.TestScript, neg bool, args []string) {
 	if len(v) > 0 {
 		ts.Fatalf("%s does not match the doctor schema", args[0])
 	}
+}
+
+// cmdMkfifo makes a named pipe, as an agent in a sandbox could:
+//
+//	mkfifo PATH
+func cmdMkfifo(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: mkfifo PATH")
+	}
+	ts.Check(syscall.Mkfifo(ts.MkAbs(args[0]), 0o644))
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 
-	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
@@ -18,6 +17,7 @@ import (
 type engineConn struct {
 	eng  *engine.Engine
 	stop func() error
+	host string // where the engine was found: unix:///... or what DOCKER_HOST says
 }
 
 // close releases the connection and stops a Podman API service started for
@@ -34,13 +34,14 @@ func (c *engineConn) close() {
 // preflightChecks are the built-in checks for p in e's workspace; the
 // engine they connect to is kept in conn.
 func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engineConn) []preflight.Check {
-	home, _ := os.UserHomeDir()
+	host := e.buildHost()
 	return preflight.Checks(preflight.Inputs{
 		Profile:   p,
 		Ref:       a.profile,
 		Workspace: e.workspace,
-		Home:      home,
-		Host:      generator.Host{Workspace: e.workspace, Home: home, PropioHome: hostinfo.PropioHome()},
+		Home:      host.Home,
+		Dangers:   e.grantHost().Dangers,
+		Host:      host,
 		Build:     build,
 		Limits:    hostinfo.Limits(),
 		Trust:     profile.TrustStore{Dir: e.dirs.State},
@@ -50,7 +51,7 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 			if err != nil {
 				return nil, engineHint(err, nil, "", want)
 			}
-			conn.stop = loc.Stop
+			conn.stop, conn.host = loc.Stop, loc.Host
 			eng, err := connect(ctx, a, loc)
 			if err != nil {
 				return nil, err
@@ -59,6 +60,18 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 			return eng, nil
 		},
 	})
+}
+
+// trustCheck runs the trust preflight check alone, for a build: the
+// profile's trust and its build's.
+func (a *app) trustCheck(e env, p *profile.Profile) preflight.Result {
+	var conn engineConn // the trust check never connects
+	for _, c := range a.preflightChecks(e, p, true, &conn) {
+		if c.Name == preflight.Trust {
+			return preflight.RunAll(context.Background(), []preflight.Check{c})[0]
+		}
+	}
+	panic("no trust check")
 }
 
 // preflightFailed is a failed check as run reports it: exit 3, the check's

@@ -37,6 +37,7 @@ The output is deterministic and loads with any Compose implementation.`,
 			if err != nil {
 				return err
 			}
+			a.warnGrants(e.grants)
 			o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
 			if p.Network.Mode == "allowlist" {
 				if err := gatewayOptions(&o, e.dirs); err != nil {

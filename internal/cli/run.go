@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sshagent"
@@ -90,6 +92,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	if err != nil {
 		return err
 	}
+	a.warnGrants(e.grants)
 	if f.changeset {
 		if err := p.ForceChangeset(); err != nil {
 			return fmt.Errorf("--changeset: %w", err)
@@ -109,6 +112,9 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	defer conn.close()
 	if err := preflight.Run(ctx, a.preflightChecks(e, p, f.build, &conn)); err != nil {
 		return preflightFailed(err)
+	}
+	if err := a.checkLaunchGrants(e, p, conn.host); err != nil {
+		return err
 	}
 	var timeout time.Duration
 	if p.Resources.Timeout != "" {
@@ -263,6 +269,38 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		}
 		return nil
 	}(ctx, conn.eng)
+}
+
+// checkLaunchGrants judges the profile's mounts again with the socket the
+// engine was found at (engineHost), when it is not one of the known paths
+// (a Podman service started for the launch), and warns about the mounts
+// PROPIO_SANDBOX_MOUNTS adds that undo the sandbox: the user's own choice
+// for the launch, shown, not refused.
+func (a *app) checkLaunchGrants(e env, p *profile.Profile, engineHost string) error {
+	host := e.grantHost()
+	if sock, ok := strings.CutPrefix(engineHost, "unix://"); ok && !slices.Contains(host.Sockets, filepath.Clean(sock)) {
+		host = e.grantHost(filepath.Clean(sock))
+		granted, err := p.Grants(host)
+		if err != nil {
+			return fmt.Errorf("loading %s, with the engine's socket at %s: %w", loading(a.profile), sock, err)
+		}
+		var shown []string
+		for _, g := range e.grants {
+			shown = append(shown, g.String())
+		}
+		for _, g := range granted {
+			if !slices.Contains(shown, g.String()) {
+				a.warnGrants([]profile.Grant{g})
+			}
+		}
+	}
+	extra, _ := hostinfo.ExtraMounts(os.LookupEnv) // a bad one is refused with the project
+	for _, m := range extra {
+		for _, d := range host.Dangers(m.Source) {
+			fmt.Fprintf(a.stderr, "%s: warning: unsafe grant %s: %s mounts %s at %s: %s\n", name, d.Name, hostinfo.EnvMounts, m.Source, m.Target, d.What)
+		}
+	}
+	return nil
 }
 
 // prepareGateway numbers the sandbox network apart from the engine's,

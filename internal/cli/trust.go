@@ -2,8 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/buildinputs"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
 )
@@ -11,40 +15,99 @@ import (
 func newTrust(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "trust [-p PATH]",
-		Short: "Show what a repository profile grants, and trust it as it is now",
+		Short: "Show what a repository profile grants, and trust it (and its build) as it is now",
 		Long: `A profile checked in at .propio/sandbox.yaml lives in a workspace the agent can
 write, so it must not widen its own sandbox: run refuses a repository profile that is
 new or changed since it was last trusted. trust prints what the profile grants, after
 extends, and records the hash of every file of its chain under
-$XDG_STATE_HOME/propio-sandbox/.`,
+$XDG_STATE_HOME/propio-sandbox/.
+
+A build whose Dockerfile or context is in the workspace (whatever profile it comes
+from) reads files the agent can change: trust also records the Dockerfile, the
+.dockerignore files and the files the Dockerfile copies by name, and build and
+run --build refuse a build that changed since.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			e, p, err := loadSelected(a.profile)
 			if err != nil {
 				return err
 			}
-			if !profile.NeedsTrust(p, e.workspace) {
-				fmt.Fprintf(a.stdout, "%s is not a repository profile: it needs no trust\n", p.Meta.File)
-				return nil
-			}
-			out, err := p.YAML()
+			a.warnGrants(e.grants)
+			build, err := e.buildInputs(p)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s grants, after extends (%s):\n\n", p.Meta.File, chainComment(p))
-			for _, line := range strings.SplitAfter(string(out), "\n") {
-				if line != "" {
-					fmt.Fprint(a.stdout, "    "+line)
+			needsTrust := profile.NeedsTrust(p, e.workspace)
+			if !needsTrust && build == nil {
+				fmt.Fprintf(a.stdout, "%s is not a repository profile: it needs no trust\n", p.Meta.File)
+				return nil
+			}
+			var trusted *profile.Profile
+			var records []profile.Record
+			if needsTrust {
+				out, err := p.YAML()
+				if err != nil {
+					return err
 				}
+				fmt.Fprintf(a.stdout, "%s grants, after extends (%s):\n\n", p.Meta.File, chainComment(p))
+				for _, line := range strings.SplitAfter(string(out), "\n") {
+					if line != "" {
+						fmt.Fprint(a.stdout, "    "+line)
+					}
+				}
+				trusted = p
+			}
+			if build != nil {
+				if needsTrust {
+					fmt.Fprintln(a.stdout)
+				}
+				fmt.Fprintf(a.stdout, "the build of %s reads, of the workspace (context %s):\n\n", p.Meta.File, build.Context)
+				for _, f := range build.Files {
+					fmt.Fprintf(a.stdout, "    %s\n", build.Show(f))
+				}
+				fmt.Fprintln(a.stdout, "\n(files it copies as a directory or by a wildcard are not recorded: a step that runs one runs what is there at build time)")
+				records = append(records, profile.Record{Key: build.Key(), Digest: build.Digest(), Text: build.Manifest()})
 			}
 			store := profile.TrustStore{Dir: e.dirs.State}
-			if err := store.Trust(p); err != nil {
+			if err := store.Trust(trusted, records...); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "\ntrusted %s as it is now; any change to it needs trust again\n", p.Meta.File)
+			switch {
+			case needsTrust && build != nil:
+				fmt.Fprintf(a.stdout, "\ntrusted %s and its build as they are now; any change to them needs trust again\n", p.Meta.File)
+			case needsTrust:
+				fmt.Fprintf(a.stdout, "\ntrusted %s as it is now; any change to it needs trust again\n", p.Meta.File)
+			default:
+				fmt.Fprintf(a.stdout, "\ntrusted the build of %s as it is now; any change to it needs trust again\n", p.Meta.File)
+			}
 			return nil
 		},
 	}
+}
+
+// buildHost is the generator's view of the host that build paths need.
+func (e env) buildHost() generator.Host {
+	home, _ := os.UserHomeDir()
+	return generator.Host{Workspace: e.workspace, Home: home, PropioHome: hostinfo.PropioHome()}
+}
+
+// buildInputs collects what p's build reads that trust covers, when its
+// Dockerfile or context is in the workspace; nil when p has no build or it
+// reads nothing of the workspace.
+func (e env) buildInputs(p *profile.Profile) (*buildinputs.Inputs, error) {
+	if p.Build == nil {
+		return nil, nil
+	}
+	ctx, df := generator.BuildPaths(p, e.buildHost())
+	paths := buildinputs.Paths{Context: ctx, Dockerfile: df}
+	if !paths.InWorkspace(e.workspace) {
+		return nil, nil
+	}
+	in, err := buildinputs.Collect(paths)
+	if err != nil {
+		return nil, withHint(err, "the build reads it from the workspace, where a sandbox may have made it: remove it, or make it a regular file")
+	}
+	return in, nil
 }
 
 // chainComment describes an extends chain: leaf, then what it extends.

@@ -29,7 +29,7 @@ default) selects. Unknown keys are errors: a typo must never widen access.`,
 				if errors.As(err, &list) {
 					problems = append(problems, list...)
 				} else if err != nil {
-					failed = append(failed, hintNotFound(err))
+					failed = append(failed, hintLoad(err))
 				}
 			}
 			if len(files) == 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,43 @@ func Locate(ctx context.Context, want string, getenv func(string) string) (Locat
 		return locatePodman(ctx, getenv)
 	}
 	return Location{}, fmt.Errorf("engine %q: want auto, docker or podman", want)
+}
+
+// Sockets lists the paths where an engine's API socket is, or may be, for
+// this user: DOCKER_HOST's and CONTAINER_HOST's when they name a unix
+// socket, then Docker's, rootless Docker's, Podman's (rootful and rootless),
+// containerd's, and those of Docker Desktop, Colima and Rancher Desktop in
+// home. A sandbox given any of them controls the engine, and so the host.
+// The socket a launch actually reached is not always among them (a Podman
+// service started for the launch): run adds it.
+func Sockets(getenv func(string) string, home string) []string {
+	var out []string
+	add := func(path string) {
+		if path != "" && filepath.IsAbs(path) && !slices.Contains(out, filepath.Clean(path)) {
+			out = append(out, filepath.Clean(path))
+		}
+	}
+	for _, v := range []string{"DOCKER_HOST", "CONTAINER_HOST"} {
+		if path, ok := strings.CutPrefix(getenv(v), "unix://"); ok {
+			add(path)
+		}
+	}
+	add(strings.TrimPrefix(DefaultHost, "unix://"))
+	add("/var/run/docker.sock")
+	add("/run/docker.sock")
+	if dir := getenv("XDG_RUNTIME_DIR"); dir != "" {
+		add(filepath.Join(dir, "docker.sock"))
+		add(filepath.Join(dir, "podman", "podman.sock"))
+	}
+	add("/run/podman/podman.sock")
+	add(PodmanSocket(getenv))
+	add("/run/containerd/containerd.sock")
+	if home != "" {
+		for _, f := range []string{".docker/run/docker.sock", ".docker/desktop/docker.sock", ".colima/default/docker.sock", ".rd/docker.sock"} {
+			add(filepath.Join(home, f))
+		}
+	}
+	return out
 }
 
 // PodmanSocket is where Podman's API service listens by default for the

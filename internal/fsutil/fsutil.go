@@ -1,4 +1,6 @@
-// Package fsutil holds the file writing that must never leave a file half-written.
+// Package fsutil holds the file writing that must never leave a file
+// half-written, and the reading of files a sandbox could have made, which
+// must never block (OpenRegular).
 package fsutil
 
 import (

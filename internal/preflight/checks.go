@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/buildinputs"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sshagent"
@@ -31,9 +32,11 @@ type EngineConn interface {
 	ImageArch(ctx context.Context, ref string) (arch string, found bool, err error)
 }
 
-// TrustVerifier says whether a repository profile is trusted as it is.
+// TrustVerifier says whether a repository profile is trusted as it is, and
+// what was trusted under a key (a build's inputs).
 type TrustVerifier interface {
 	Verify(p *profile.Profile) error
+	Lookup(key string) (digest string, text []byte, found bool, err error)
 }
 
 // Hinter is an error that knows what to do about itself; the engine
@@ -51,6 +54,9 @@ type Inputs struct {
 	Workspace string
 	// Home is the user's home directory.
 	Home string
+	// Dangers says why mounting a host path would undo the sandbox (the
+	// engine's socket in it, HOME in it, in ~/.ssh, ...); nil: nothing would.
+	Dangers func(path string) []profile.Danger
 	// Host is the generator's view of the host, for mount sources.
 	Host generator.Host
 	// Build: the image will be built first (--build).
@@ -147,6 +153,11 @@ func (c *checker) workspace(ctx context.Context) Result {
 	case c.Home != "" && samePath(ws, c.Home):
 		return fail(fmt.Sprintf("the workspace is your home directory %s: the sandbox would see and change all of it", c.Home), "run "+command+" in a project directory below your home")
 	}
+	if c.Dangers != nil {
+		if d := c.Dangers(ws); len(d) > 0 {
+			return fail("the workspace "+d[0].What, "run "+command+" in a project directory that holds no keys, credentials or engine socket (the sandbox may read and change all of it); mount what it needs with mounts in a profile of your own")
+		}
+	}
 	if _, err := c.connect(ctx); err != nil {
 		return pass(ws + " is a directory the sandbox may have (the engine's data directory was not compared: the engine is not reachable)")
 	}
@@ -176,18 +187,59 @@ func within(dir, path string) bool {
 
 func (c *checker) trust(context.Context) Result {
 	p := c.Profile
-	if !profile.NeedsTrust(p, c.Workspace) {
-		return pass(p.Meta.File + " is not a repository profile: it needs no trust")
+	reason := p.Meta.File + " is not a repository profile: it needs no trust"
+	if profile.NeedsTrust(p, c.Workspace) {
+		if c.Trust == nil {
+			return fail(p.Meta.File+" is a repository profile and no trust store was given", "run `"+command+" trust` in "+c.Workspace)
+		}
+		if err := c.Trust.Verify(p); err != nil {
+			return fail(err.Error(),
+				"a repository profile can change what the sandbox may do, so run needs your trust for each version of it",
+				"review it with `"+command+" profiles show "+p.Meta.File+"`, then run `"+command+" trust` in "+c.Workspace)
+		}
+		reason = p.Meta.File + " is trusted as it is"
+	}
+	if c.Build && p.Build != nil {
+		r := c.buildTrust()
+		if !r.OK {
+			return r
+		}
+		reason += "; " + r.Reason
+	}
+	return pass(reason)
+}
+
+// buildTrust checks, for a build, that what it reads and the agent could
+// have changed (its Dockerfile or context are in the workspace) is trusted
+// as it is: the Dockerfile, the .dockerignore files, the files it copies by
+// name.
+func (c *checker) buildTrust() Result {
+	ctx, df := generator.BuildPaths(c.Profile, c.Host)
+	paths := buildinputs.Paths{Context: ctx, Dockerfile: df}
+	if !paths.InWorkspace(c.Workspace) {
+		return pass("the build reads nothing of the workspace: it needs no trust")
+	}
+	trustCmd := "`" + command + " trust`"
+	if c.Ref != "" {
+		trustCmd = "`" + command + " trust -p " + c.Ref + "`"
+	}
+	in, err := buildinputs.Collect(paths)
+	if err != nil {
+		return fail(err.Error(), "the build reads it from the workspace, where a sandbox may have made it; remove it or make it a regular file, then run "+trustCmd+" in "+c.Workspace)
 	}
 	if c.Trust == nil {
-		return fail(p.Meta.File+" is a repository profile and no trust store was given", "run `"+command+" trust` in "+c.Workspace)
+		return fail("the build of "+df+" reads files of the workspace and no trust store was given", "run "+trustCmd+" in "+c.Workspace)
 	}
-	if err := c.Trust.Verify(p); err != nil {
+	digest, text, found, err := c.Trust.Lookup(in.Key())
+	if err != nil {
+		return fail(err.Error())
+	}
+	if err := in.Verify(buildinputs.Record{Digest: digest, Manifest: text}, found); err != nil {
 		return fail(err.Error(),
-			"a repository profile can change what the sandbox may do, so run needs your trust for each version of it",
-			"review it with `"+command+" profiles show "+p.Meta.File+"`, then run `"+command+" trust` in "+c.Workspace)
+			"a build runs its Dockerfile's steps, with the network, and what they execute; these files are in the workspace, where the agent can change them, so building needs your trust for each version of them",
+			"review the Dockerfile and the files it copies, then run "+trustCmd+" in "+c.Workspace)
 	}
-	return pass(p.Meta.File + " is trusted as it is")
+	return pass("the build of " + df + " is trusted as it is")
 }
 
 func (c *checker) envRequired(context.Context) Result {

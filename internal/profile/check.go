@@ -286,11 +286,6 @@ func (p *Profile) Check(l Limits) error {
 		}
 	}
 
-	for i, pat := range p.Env.Pass {
-		if strings.Trim(pat, "*?") == "" {
-			add(fmt.Sprintf("%q would pass every host variable", pat), "name the variables, or use a prefix glob such as AWS_*", "env", "pass", strconv.Itoa(i))
-		}
-	}
 	for i, name := range p.Env.Required {
 		if !MatchesAny(p.Env.Pass, name) {
 			add(fmt.Sprintf("%s is required but not passed, so the sandbox would never see it", name), fmt.Sprintf("add %s to env.pass", name), "env", "required", strconv.Itoa(i))
@@ -343,6 +338,9 @@ func (p *Profile) Check(l Limits) error {
 		add("cannot be published when network.mode is allowlist: the engine publishes no port of a container on an internal network",
 			"set network.mode: open to publish ports", "ports")
 	}
+	// Grants that undo the sandbox, as far as they can be told without the
+	// host (mount sources are judged by Grants).
+	errs = append(errs, p.checkUnsafe(nil)...)
 	p.checkEgress(add)
 	p.checkChangeset(add)
 	seen := map[string]bool{}
@@ -406,6 +404,12 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 // sortByPos puts errors in file order: the leaf's first, then each file it
 // extends, each by line and column.
 func (p *Profile) sortByPos(errs List) {
+	slices.SortStableFunc(errs, func(a, b *Error) int { return p.comparePos(a.Pos, b.Pos) })
+}
+
+// comparePos orders positions in file order: the leaf's first, then each
+// file it extends, each by line and column.
+func (p *Profile) comparePos(a, b Pos) int {
 	rank := func(file string) int {
 		for i, s := range p.Meta.Chain {
 			if s.File == file {
@@ -414,10 +418,7 @@ func (p *Profile) sortByPos(errs List) {
 		}
 		return 0
 	}
-	slices.SortStableFunc(errs, func(a, b *Error) int {
-		return cmp.Or(cmp.Compare(rank(a.Pos.File), rank(b.Pos.File)),
-			cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
-	})
+	return cmp.Or(cmp.Compare(rank(a.File), rank(b.File)), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
 }
 
 // MatchesAny reports whether name matches one of the env patterns.

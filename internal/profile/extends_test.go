@@ -55,7 +55,7 @@ func TestExtendsMerge(t *testing.T) {
 			want:   "child",
 		},
 		"unset in the child keeps the parent's": {
-			parent: "image: parent/image\nuser: root\n",
+			parent: "image: parent/image\nuser: root\nunsafe: [root-user]\n",
 			child:  "description: child\n",
 			got:    func(p *profile.Profile) any { return []string{p.Image, p.User} },
 			want:   []string{"parent/image", "root"},
@@ -224,6 +224,10 @@ func TestMetaChain(t *testing.T) {
 		"base.yaml": "extends: offline\n# base\n",
 	}
 	p, dir := resolve(t, files, "p.yaml")
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 	builtin, err := fs.ReadFile(profiles.FS, "offline.yaml")
 	if err != nil {
@@ -233,8 +237,8 @@ func TestMetaChain(t *testing.T) {
 		Name: filepath.Join(dir, "p.yaml"),
 		File: filepath.Join(dir, "p.yaml"),
 		Chain: []profile.Source{
-			{File: filepath.Join(dir, "p.yaml"), Path: filepath.Join(dir, "p.yaml"), SHA256: sum([]byte(files["p.yaml"]))},
-			{File: filepath.Join(dir, "base.yaml"), Path: filepath.Join(dir, "base.yaml"), SHA256: sum([]byte(files["base.yaml"]))},
+			{File: filepath.Join(dir, "p.yaml"), Path: filepath.Join(dir, "p.yaml"), Real: filepath.Join(real, "p.yaml"), SHA256: sum([]byte(files["p.yaml"]))},
+			{File: filepath.Join(dir, "base.yaml"), Path: filepath.Join(dir, "base.yaml"), Real: filepath.Join(real, "base.yaml"), SHA256: sum([]byte(files["base.yaml"]))},
 			{File: "builtin:offline", SHA256: sum(builtin)},
 		},
 	}

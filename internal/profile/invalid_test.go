@@ -256,7 +256,7 @@ func TestInvalidProfiles(t *testing.T) {
 				"1:1: netwrok: unknown field",
 				"1:1: image is required",
 				"2:19: resources.cpus: 64 is more than this host's 2 cores",
-				`4:10: env.pass[0]: "*" would pass every host variable`,
+				`4:10: env.pass[0]: unsafe grant env-glob not named in unsafe: "*" is not anchored on a name prefix: it passes host variables no one named, secrets among them`,
 			},
 		},
 		"empty extends": {
@@ -279,7 +279,7 @@ func TestInvalidProfiles(t *testing.T) {
 		},
 		"pass everything": {
 			yaml: "image: a\nenv:\n  pass: ['*']\n",
-			want: []string{`3:10: env.pass[0]: "*" would pass every host variable`},
+			want: []string{`3:10: env.pass[0]: unsafe grant env-glob not named in unsafe: "*" is not anchored on a name prefix: it passes host variables no one named, secrets among them`},
 		},
 		"required but not passed": {
 			yaml: "image: a\nenv:\n  pass: [AWS_*]\n  required: [AWS_REGION, TOKEN]\n",
@@ -478,7 +478,7 @@ func TestInvalidProfiles(t *testing.T) {
 				"1:19: resources.pids: 5 is outside 10 .. 1000",
 				"1:28: resources.cpus: 0 is below the minimum of 0.5",
 				"4:8: ports: cannot be published when network.mode is none: the sandbox has only loopback",
-				`6:10: env.pass[0]: "*" would pass every host variable`,
+				`6:10: env.pass[0]: unsafe grant env-glob not named in unsafe: "*" is not anchored on a name prefix: it passes host variables no one named, secrets among them`,
 			},
 		},
 		"errors in the child first, then the parent": {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/profiles"
 	"go.yaml.in/yaml/v3"
 )
@@ -30,8 +31,12 @@ type Locations struct {
 	// ($XDG_CONFIG_HOME/propio-sandbox/profiles).
 	ConfigDir string
 	// Workspace is the directory the command runs in; its RepoProfile is used
-	// when no profile is named.
+	// when no profile is named. Profile files inside it are repository
+	// profile files.
 	Workspace string
+	// Host, when set, has Load judge mount sources on these host facts too
+	// (see Profile.Grants), reporting what it refuses with the rest.
+	Host *GrantHost
 }
 
 // IsPath reports whether a profile reference names a file rather than a profile.
@@ -96,6 +101,13 @@ func (l Locations) load(ref string, leaf *Document, leafErr error, limits Limits
 	if err := p.Check(limits); err != nil {
 		checked = err.(List)
 	}
+	if l.Host != nil {
+		// Mount sources judged on the host; Check has judged the rest.
+		hd := p.hostDangers(*l.Host)
+		errs, _ := p.judge(hd)
+		checked = append(checked, errs...)
+		_, p.granted = p.judge(append(p.hostFreeDangers(), hd...))
+	}
 	// A field the schema rejected is reported once, by the schema.
 	flagged := map[string]bool{}
 	for _, e := range problems {
@@ -119,7 +131,9 @@ func (l Locations) Source(ref string) (string, error) {
 	switch {
 	case ref == "":
 		repo := filepath.Join(l.Workspace, RepoProfile)
-		if _, err := os.Stat(repo); err == nil {
+		// Lstat: a link there that leads nowhere, or in a loop, is the
+		// repository's profile failing to load, not a reason to fall back.
+		if _, err := os.Lstat(repo); err == nil {
 			return repo, nil
 		}
 		return "builtin:" + DefaultBuiltin, nil
@@ -184,20 +198,26 @@ func (l Locations) readFile(path, display string) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading profile %s: %w", display, err)
 	}
-	f, err := os.Open(abs)
+	// The file's path with its directory's links resolved too, so that a
+	// file of the workspace reached through a link is known as one (the
+	// workspace has none); the path as named stays what the file is known by.
+	real := abs
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		real = filepath.Join(dir, filepath.Base(abs))
+	}
+	// The file may be one the agent made: never block on it (a FIFO), never
+	// open a device.
+	f, err := fsutil.OpenRegular(abs)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("profile file %s: %w", display, ErrNotFound)
 		}
-		return nil, fmt.Errorf("reading profile: %w", err)
+		return nil, &ReadError{File: display, err: err}
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("profile %s is a directory, not a YAML file", display)
-	}
 	d, err := Parse(display, filepath.Dir(abs), f)
 	if d != nil {
-		d.Path = abs
+		d.Path, d.Real = abs, real
 	}
 	return d, err
 }
@@ -229,16 +249,38 @@ func (l Locations) parent(d *Document) (*Document, error) {
 		if errors.Is(err, ErrNotFound) {
 			return nil, List{{Pos: at, Field: "extends", Msg: fmt.Sprintf("%q does not exist (looked for %s)", ref, path), Hint: "extends takes a built-in name, a user profile name, or a path relative to this file"}}
 		}
-		return p, err
+		return p, extendsError(at, err)
 	}
 	// A user profile that extends its own name means the built-in of that name.
 	if path, ok := l.userProfile(ref); ok && !sameFile(path, d.Path) {
-		return l.readFile(path, path)
+		p, err := l.readFile(path, path)
+		return p, extendsError(at, err)
 	}
 	if _, err := fs.Stat(profiles.FS, ref+".yaml"); err == nil {
 		return readBuiltin(ref)
 	}
 	return nil, List{{Pos: at, Field: "extends", Msg: l.notFound(ref).Error(), Hint: "run `propio-sandbox profiles` to list the profiles there are"}}
+}
+
+// ReadError is a profile file that could not be read: it is not a regular
+// file (a FIFO, a device, a socket, a directory), a symbolic link loop, or
+// unreadable.
+type ReadError struct {
+	File string // as shown
+	err  error
+}
+
+func (e *ReadError) Error() string { return "profile file " + e.File + " " + fsutil.Problem(e.err) }
+func (e *ReadError) Unwrap() error { return e.err }
+
+// extendsError puts an extends target that could not be read at the extends
+// line; the problems of a target that was read (a List) stay where they are.
+func extendsError(at Pos, err error) error {
+	var re *ReadError
+	if errors.As(err, &re) {
+		return List{{Pos: at, Field: "extends", Msg: re.Error(), Hint: "extends must name a profile file: a regular YAML file"}}
+	}
+	return err
 }
 
 func sameFile(a, b string) bool {
@@ -323,10 +365,10 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 		}
 		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}, nil
 	}
-	p.src = &resolved{root: root, origin: origin, leaf: leaf}
+	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace, configDir: l.ConfigDir}
 	p.Meta = Meta{Name: ref, File: leaf.File}
 	for _, d := range chain {
-		s := Source{File: d.File, Path: d.Path, SHA256: d.SHA256}
+		s := Source{File: d.File, Path: d.Path, Real: d.Real, SHA256: d.SHA256}
 		p.Meta.Chain = append(p.Meta.Chain, s)
 	}
 	if p.Build != nil {

@@ -25,6 +25,7 @@ type Document struct {
 	File   string     // name shown in errors: a path, or builtin:NAME
 	Dir    string     // directory that relative paths are resolved against; empty for built-ins
 	Path   string     // absolute path of the file; empty for built-ins
+	Real   string     // Path with the links of its directory resolved
 	Root   *yaml.Node // the mapping node of the file
 	SHA256 string     // hex digest of the file's bytes
 }

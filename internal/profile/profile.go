@@ -40,8 +40,13 @@ type Profile struct {
 	// Checks are run, each in a throwaway sandbox of this profile, after
 	// the built-in preflight checks and before the agent starts.
 	Checks []DeclaredCheck `yaml:"checks,omitempty"`
-	Meta   Meta            `yaml:"-"`
+	// Unsafe names the grants of this profile that undo the sandbox (see
+	// grants.go), which are refused unless named here, in a user profile.
+	Unsafe []string `yaml:"unsafe,omitempty"`
+	Meta   Meta     `yaml:"-"`
 	src    *resolved
+	// granted are the unsafe grants Load judged on the host and allowed.
+	granted []Grant
 }
 
 // Meta says where a resolved profile came from.
@@ -55,6 +60,7 @@ type Meta struct {
 type Source struct {
 	File   string // path, or builtin:NAME
 	Path   string // absolute path on disk; empty for built-ins
+	Real   string // Path with the links of its directory resolved
 	SHA256 string
 }
 
@@ -145,6 +151,10 @@ type resolved struct {
 	root   *yaml.Node
 	origin map[*yaml.Node]*Document
 	leaf   *Document
+	chain  []*Document // the leaf first, then each file it extends
+	// workspace is the directory whose files are repository profile files.
+	workspace string
+	configDir string // where user profiles are, for hints
 }
 
 // Pos returns the position of the field at path (keys and indexes), or of its
