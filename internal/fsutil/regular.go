@@ -22,8 +22,9 @@ func (e *NotRegularError) Error() string {
 	return fmt.Sprintf("%s is %s, not a regular file", e.Path, e.Kind)
 }
 
-// kind names the type of a file that is not regular.
-func kind(m fs.FileMode) string {
+// Kind names the type of a file that is not regular: "a FIFO (named
+// pipe)", "a directory", ...
+func Kind(m fs.FileMode) string {
 	switch {
 	case m&fs.ModeNamedPipe != 0:
 		return "a FIFO (named pipe)"
@@ -53,7 +54,7 @@ func OpenRegular(path string) (*os.File, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, &NotRegularError{Path: path, Kind: kind(st.Mode())}
+		return nil, &NotRegularError{Path: path, Kind: Kind(st.Mode())}
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -66,7 +67,7 @@ func OpenRegular(path string) (*os.File, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, &NotRegularError{Path: path, Kind: kind(st.Mode())}
+		return nil, &NotRegularError{Path: path, Kind: Kind(st.Mode())}
 	}
 	return f, nil
 }

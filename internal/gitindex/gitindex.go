@@ -14,13 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // ErrNoRepository: the directory has no .git of its own.
@@ -65,9 +65,9 @@ func findGitDir(dir string) (string, error) {
 	case fi.IsDir():
 		return dotgit, nil
 	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("%s is neither a directory nor a gitfile (%s)", dotgit, kind(fi.Mode()))
+		return "", fmt.Errorf("%s is neither a directory nor a gitfile (%s)", dotgit, fsutil.Kind(fi.Mode()))
 	}
-	data, err := readRegular(dotgit, 4096)
+	data, err := fsutil.ReadRegular(dotgit, 4096)
 	if err != nil {
 		return "", err
 	}
@@ -87,7 +87,7 @@ func findGitDir(dir string) (string, error) {
 // extensions.objectformat to sha256, else 20.
 func objectFormat(gitdir string) (int, error) {
 	dirs := []string{gitdir}
-	if data, err := readRegular(filepath.Join(gitdir, "commondir"), 4096); err == nil {
+	if data, err := fsutil.ReadRegular(filepath.Join(gitdir, "commondir"), 4096); err == nil {
 		common := strings.TrimSpace(string(data))
 		if !filepath.IsAbs(common) {
 			common = filepath.Join(gitdir, common)
@@ -95,7 +95,7 @@ func objectFormat(gitdir string) (int, error) {
 		dirs = []string{common, gitdir}
 	}
 	for _, d := range dirs {
-		data, err := readRegular(filepath.Join(d, "config"), 1<<20)
+		data, err := fsutil.ReadRegular(filepath.Join(d, "config"), 1<<20)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -146,7 +146,7 @@ func configValue(data []byte, section, key string) string {
 // refuses, at once, a file that is not a regular one (a FIFO would
 // otherwise block the reader), or is larger than MaxSize.
 func ReadFile(name string, hashSize int) ([]string, error) {
-	data, err := readRegular(name, MaxSize)
+	data, err := fsutil.ReadRegular(name, MaxSize)
 	if err != nil {
 		return nil, err
 	}
@@ -303,47 +303,3 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// readRegular reads a file of at most limit bytes, opened without blocking
-// and refused unless it is a regular file: a FIFO, socket or device left
-// where a file should be gets an error at once instead of a hang.
-func readRegular(name string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", name, kind(fi.Mode()))
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, limit)
-	}
-	return data, nil
-}
-
-func kind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "of mode " + m.String()
-}
