@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -50,8 +52,31 @@ echo "hook=[$( (echo "$2" > .git/hooks/pre-commit) 2>&1)]"
 echo "rename=[$(mv .git .git-moved 2>&1)]"
 cp -r .git copy && printf '[core]\n\tfsmonitor = %s\n' "$2" > copy/config && echo ../copy > .git/commondir
 cp /bin/true tool && chmod 4755 tool
+grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status | tr -s '\t' ' '
+python3 -c '
+import os, time
+n = 0
+while n < 500:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("forks=%d stopped:" % n, e.strerror)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+'
+if [ "$3" = memory ]; then
+  python3 -c 'b = bytearray(3 << 30); print("allocated")'
+  echo "memory=$?"
+fi
 echo done`
-			r := s.Run("", "-p", name, "--", "bash", "-c", script, "attack", s.Home, payload)
+			memory := "" // 3 GiB past the default limit of 2g, in one profile only: the limit is every profile's
+			if name == "offline" {
+				memory = "memory"
+			}
+			r := s.Run("", "-p", name, "--", "bash", "-c", script, "attack", s.Home, payload, memory)
 			if r.Code != 0 || !strings.Contains(r.Stdout, "done") {
 				t.Fatalf("the attack script did not run to its end:\n%s", r)
 			}
@@ -62,10 +87,19 @@ echo done`
 				"socket=[ls: cannot access '/var/run/docker.sock': No such file or directory ls: cannot access '/run/docker.sock': No such file or directory ls: cannot access '/run/podman/podman.sock': No such file or directory ]",
 				"Read-only file system]", // .git/config
 				"rename=[mv: cannot move '.git' to '.git-moved': Device or resource busy]",
+				// No capability, none to gain, no privilege gain through setuid.
+				"CapEff: 0000000000000000", "CapBnd: 0000000000000000", "NoNewPrivs: 1",
+				"stopped: Resource temporarily unavailable", // resources.pids
 			} {
 				if !strings.Contains(r.Stdout, want) {
 					t.Errorf("%s: want %q in:\n%s", name, want, r)
 				}
+			}
+			if m := regexp.MustCompile(`forks=(\d+) stopped`).FindStringSubmatch(r.Stdout); m == nil || atoi(m[1]) >= 100 {
+				t.Errorf("%s: the pids limit (100) did not stop the forks:\n%s", name, r)
+			}
+			if memory != "" && (strings.Contains(r.Stdout, "allocated") || !strings.Contains(r.Stdout, "memory=137")) {
+				t.Errorf("%s: 3 GiB were allocated past the memory limit:\n%s", name, r)
 			}
 			outside := "outside=[touch: cannot touch '/usr/local/bin/planted': Read-only file system]"
 			if name == "open" { // a writable root filesystem, as the sandbox user
@@ -91,4 +125,9 @@ echo done`
 			isolationHasContent(t, filepath.Join(s.Workspace, ".env"), "TOKEN="+secret+"-dotenv\n")
 		})
 	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
