@@ -179,3 +179,29 @@ func TestExtraMounts(t *testing.T) {
 		})
 	}
 }
+
+// PROPIO_SANDBOX_TEST_DISK is read from the launcher's environment only: a
+// size of 1m or more, else an error naming the variable.
+func TestTestDisk(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env     map[string]string
+		want    int64
+		wantErr bool
+	}{
+		"unset":    {nil, 0, false},
+		"empty":    {map[string]string{EnvTestDisk: ""}, 0, false},
+		"set":      {map[string]string{EnvTestDisk: "200m"}, 200 << 20, false},
+		"too low":  {map[string]string{EnvTestDisk: "10k"}, 0, true},
+		"not size": {map[string]string{EnvTestDisk: "lots"}, 0, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := TestDisk(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if got != tc.want || (err != nil) != tc.wantErr {
+				t.Fatalf("TestDisk = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), EnvTestDisk) {
+				t.Errorf("the error does not name the variable: %v", err)
+			}
+		})
+	}
+}
