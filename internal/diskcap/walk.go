@@ -160,16 +160,3 @@ func (w *walker) dir(fd int, path string) {
 		}
 	}
 }
-
-// Used is the space in use on the file system that holds path, in bytes.
-func Used(path string) (int64, error) {
-	var s unix.Statfs_t
-	if err := unix.Statfs(path, &s); err != nil {
-		return 0, &os.PathError{Op: "statfs", Path: path, Err: err}
-	}
-	size := s.Frsize
-	if size == 0 {
-		size = s.Bsize
-	}
-	return int64(s.Blocks-s.Bfree) * size, nil
-}

@@ -14,10 +14,11 @@ type Gauge struct {
 	// Size measures what the sandbox has written there so far, in bytes.
 	Size func(context.Context) (int64, error)
 	// FS, when set, gives paths on the file systems that hold the place:
-	// their growth in use (statfs) bounds the growth of Size from above
-	// (unless something else frees space on them at the same time), so
-	// that Size is measured only when that bound reaches the cap, or at
-	// the latest every Quiet. Nil: Size is measured at intervals.
+	// their growth in use (statfs, summed poll by poll) bounds the growth
+	// of Size from above (unless something else frees space on them in
+	// the same poll), so that Size is measured only when that bound
+	// reaches the cap, or at the latest every Quiet. Nil: Size is measured
+	// at intervals.
 	FS func() []string
 }
 
@@ -71,14 +72,19 @@ func Watch(ctx context.Context, limit int64, gauges []*Gauge, t Timing, errf fun
 // watchOne watches one gauge; it returns its size and true when the size
 // went past limit.
 func watchOne(ctx context.Context, g *Gauge, limit int64, t Timing, errf func(*Gauge, error)) (int64, bool) {
-	last := map[string]int64{} // statfs at the last measure
+	// prev is each file system's use at the last poll; grown sums, since
+	// the last measure, the increases from poll to poll: space freed
+	// elsewhere can hide growth only within one poll, not across them.
+	prev := map[string]int64{}
+	var grown int64
 	if g.FS != nil {
-		last = used(g.FS(), nil)
+		prev = used(g.FS(), nil)
 	}
 	var size int64 // at the last good measure
 	var cost time.Duration
 	var at time.Time
 	measure := func() bool {
+		grown = 0 // before the measure: what is written during it counts next time
 		start := time.Now()
 		s, err := g.Size(ctx)
 		cost, at = time.Since(start), time.Now()
@@ -100,6 +106,7 @@ func watchOne(ctx context.Context, g *Gauge, limit int64, t Timing, errf func(*G
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	fresh := false // a file system not seen before: what it holds is not in size yet
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,19 +121,18 @@ func watchOne(ctx context.Context, g *Gauge, limit int64, t Timing, errf func(*G
 			timer.Reset(clamp(cost*time.Duration(t.Duty), t.Min, t.Max))
 			continue
 		}
-		now := used(g.FS(), last)
-		var grown int64
+		now := used(g.FS(), prev)
 		for p, u := range now {
-			if l, ok := last[p]; ok {
+			if l, ok := prev[p]; ok {
 				grown += max(0, u-l)
 			} else {
-				last[p] = u // a file system seen for the first time grows from now
+				fresh = true
 			}
 		}
+		prev = now
 		since := time.Since(at)
-		due := size+grown > limit && since >= gap || since >= max(t.Quiet, gap)
-		if due {
-			last = now // before the measure: what is written during it counts next time
+		if (fresh || size+grown > limit) && since >= gap || since >= max(t.Quiet, gap) {
+			fresh = false
 			if measure() {
 				return size, true
 			}

@@ -20,6 +20,8 @@ type Info struct {
 	Runtimes []string
 	// DefaultRuntime is the one used when a container names none.
 	DefaultRuntime string
+	// Storage is how the engine keeps writable layers.
+	Storage Storage
 }
 
 // Info reads the engine's architecture, data directory and runtimes.
@@ -37,7 +39,23 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 		in.Runtimes = append(in.Runtimes, name)
 	}
 	sort.Strings(in.Runtimes)
+	in.Storage = storageOf(res.Info, e.Kind, e.Host)
+	e.infoMu.Lock()
+	e.info = &in
+	e.infoMu.Unlock()
 	return in, nil
+}
+
+// cachedInfo is the info read last (preflight reads it before the run), or
+// read now.
+func (e *Engine) cachedInfo(ctx context.Context) (Info, error) {
+	e.infoMu.Lock()
+	in := e.info
+	e.infoMu.Unlock()
+	if in != nil {
+		return *in, nil
+	}
+	return e.Info(ctx)
 }
 
 // ImageArch returns the CPU architecture the image ref is built for, in
