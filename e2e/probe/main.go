@@ -7,7 +7,7 @@
 //	probe read PATH           print the file, or the error
 //	probe write PATH TEXT     write TEXT to PATH (creating it), or print the error
 //	probe ls PATH             list a directory, one name a line
-//	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", ...; see fs.go)
+//	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", "fill PATH 100m", ...; see fs.go)
 //	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
 //	probe cat                 copy stdin to stdout
 //	probe tty                 print whether stdin and stdout are terminals
