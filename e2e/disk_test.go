@@ -130,7 +130,6 @@ func TestDiskWorkspaceWatched(t *testing.T) {
 	}
 }
 
-
 // A changeset stopped by the cap is sealed and reviewable, as after a
 // timeout: diff shows what the sandbox wrote before the stop; the
 // workspace is untouched.
