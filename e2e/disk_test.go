@@ -9,9 +9,11 @@ package e2e
 // PROPIO_SANDBOX_TEST_DISK, so that a few tens of MB reach it.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +160,47 @@ func TestDiskChangeset(t *testing.T) {
 			if after := exactState(t, s.Workspace); treeHash(after) != treeHash(before) {
 				t.Errorf("the workspace changed:\n%s", treeDiff(before, after))
 			}
+		})
+	}
+}
+
+// A launcher that is not root cannot read the engine's directories: the
+// engine measures the writable layer (its size of it) and a copy's volume
+// (its disk usage) instead, at intervals, and the sandbox is stopped all
+// the same. Run as root, the test becomes uid 4243 with the engine
+// socket's group.
+func TestDiskNotRootLauncher(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become another user")
+	}
+	const id = 4243
+	for _, tc := range []struct {
+		name, profile, where string
+		args                 []string
+	}{
+		// As root inside: the image's / is root's.
+		{"writable layer", "user: root\n", "its writable layer", []string{"fs", "fill /big " + diskOver, "sleep 60s"}},
+		{"copy", "", "its changeset", []string{"fs", "fill big " + diskOver, "sleep 60s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, image := diskSandbox(t)
+			s.Env = append(s.Env, "PROPIO_SANDBOX_CHANGESET_MODE=copy")
+			p := s.Profile("image: " + image + "\n" + probeOffline + tc.profile)
+			sockGID := isolationSocketGID(t)
+			bin := isolationUserLauncher(t, s, id)
+			os.Chmod(filepath.Dir(p), 0o755)
+			args := []string{"run", "-p", p}
+			if tc.name == "copy" {
+				args = append(args, "--changeset")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := s.Command(ctx, append(append(args, "--"), tc.args...)...)
+			cmd.Path, cmd.Args[0] = bin, bin
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{sockGID}}}
+			start := time.Now()
+			r := runCmd(t, ctx, cmd)
+			stoppedByCap(t, r, tc.where, time.Since(start))
 		})
 	}
 }

@@ -215,3 +215,24 @@ func TestTreesUnreadableCountsTheFileSystem(t *testing.T) {
 		t.Errorf("after 4 MiB written into a directory made unreadable: %d, %v", s, err)
 	}
 }
+
+// A gauge whose file systems are not known yet (its container is not made)
+// is measured at intervals until they are, not left for the quiet one.
+func TestWatchGaugeWithoutFileSystemsYet(t *testing.T) {
+	var calls atomic.Int64
+	g := &Gauge{What: "its writable layer",
+		Size: func(context.Context) (int64, error) { return calls.Add(1) * 100, nil },
+		FS:   func() []string { return nil }}
+	timing := fast
+	timing.Quiet = time.Hour
+	done := make(chan *Over, 1)
+	go func() { done <- Watch(context.Background(), 250, []*Gauge{g}, timing, nil) }()
+	select {
+	case o := <-done:
+		if o == nil || o.Size != 300 {
+			t.Errorf("over = %+v, want the third measure", o)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a gauge without file systems was not measured again")
+	}
+}

@@ -121,7 +121,17 @@ func watchOne(ctx context.Context, g *Gauge, limit int64, t Timing, errf func(*G
 			timer.Reset(clamp(cost*time.Duration(t.Duty), t.Min, t.Max))
 			continue
 		}
-		now := used(g.FS(), prev)
+		paths := g.FS()
+		if len(paths) == 0 {
+			// Nothing to statfs yet (a container not made yet): measure
+			// at intervals until there is.
+			if time.Since(at) >= clamp(gap, t.Min, t.Max) && measure() {
+				return size, true
+			}
+			timer.Reset(t.Poll)
+			continue
+		}
+		now := used(paths, prev)
 		for p, u := range now {
 			if l, ok := prev[p]; ok {
 				grown += max(0, u-l)

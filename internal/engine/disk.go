@@ -92,7 +92,7 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 		return nil, err
 	}
 	st := info.Storage
-	w := &sandboxProcs{e: e, project: project.Name, local: st.Local}
+	w := &sandboxProcs{e: e, project: project.Name, local: st.Local, dataDir: info.DataDir}
 	plan := &DiskPlan{Cap: limit, procs: w, storage: st}
 
 	if !svc.ReadOnly {
@@ -267,6 +267,7 @@ type sandboxProcs struct {
 	e       *Engine
 	project string
 	local   bool
+	dataDir string // the engine's data directory
 
 	mu sync.Mutex
 	id string
@@ -349,12 +350,13 @@ func (w *sandboxProcs) held(svc *types.ServiceConfig) func(context.Context, map[
 }
 
 // layerGauge watches the writable layer: by walking its upper directory
-// when the launcher can read it (an overlay of a local engine, a launcher
-// that is root), else by asking the engine for its size (which walks it on
-// the engine's side, and counts bytes of content, not blocks).
+// when the launcher can read the engine's directories (an overlay of a
+// local engine, a launcher that is root), else by asking the engine for its
+// size (which walks it on the engine's side, and counts bytes of content,
+// not blocks).
 func (w *sandboxProcs) layerGauge(st Storage) *diskcap.Gauge {
 	g := &diskcap.Gauge{What: PlaceWritableLayer}
-	if st.Local && (st.Driver == "overlay2" || st.Driver == "overlay") {
+	if st.Local && (st.Driver == "overlay2" || st.Driver == "overlay") && readable(w.dataDir) {
 		var upper string
 		roots := func(ctx context.Context) ([]string, error) {
 			if upper != "" {
