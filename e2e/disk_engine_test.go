@@ -5,12 +5,16 @@ package e2e
 // system it makes (btrfs, where the engine caps a writable layer and
 // writes past it fail inside; xfs without project quotas, where it cannot
 // and the launcher watches), with its own socket, data and exec roots, no
-// bridge and no iptables, so that it touches nothing of the host's engine.
-// Everything it made is removed when the test ends, however it ends.
+// bridge and no iptables, in a network namespace of its own: a dockerd
+// with --bridge=none deletes the host's docker0 when it starts (the host's
+// engine then cannot attach containers to its default bridge). Everything
+// it made is removed when the test ends, however it ends, and the host's
+// docker0 is checked to be still there.
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +41,7 @@ func ownEngine(t *testing.T, fstype, driver, image string) string {
 	if os.Geteuid() != 0 {
 		missing("a Docker daemon of the test's own on a loop file system needs root")
 	}
-	for _, tool := range []string{"dockerd", "containerd", "losetup", "mount", "umount", "mkfs." + fstype} {
+	for _, tool := range []string{"dockerd", "containerd", "unshare", "losetup", "mount", "umount", "mkfs." + fstype} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing(tool + " is not installed")
 		}
@@ -51,6 +55,13 @@ func ownEngine(t *testing.T, fstype, driver, image string) string {
 		return strings.TrimSpace(string(out))
 	}
 
+	if _, err := net.InterfaceByName("docker0"); err == nil {
+		t.Cleanup(func() {
+			if _, err := net.InterfaceByName("docker0"); err != nil {
+				t.Errorf("the host's docker0 is gone after the test's dockerd: %v", err)
+			}
+		})
+	}
 	// A short base: the daemon's sockets must fit in a socket address.
 	base, err := os.MkdirTemp("", "psd-")
 	if err != nil {
@@ -103,7 +114,7 @@ func ownEngine(t *testing.T, fstype, driver, image string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := exec.Command("dockerd",
+	d := exec.Command("unshare", "--net", "--", "dockerd",
 		"--config-file", config,
 		"--data-root", filepath.Join(root, "docker"),
 		"--exec-root", execRoot,
