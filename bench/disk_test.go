@@ -8,6 +8,7 @@ package bench
 // interleaved, in a workspace of PROPIO_BENCH_FILES files (default 20,000).
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,7 +52,7 @@ func TestDiskWatchLaunch(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if _, err := diskcap.Walk([]string{a.workspace}); err != nil {
+	if _, err := diskcap.Walk(context.Background(), []string{a.workspace}); err != nil {
 		t.Fatal(err)
 	}
 	walk := time.Since(start)

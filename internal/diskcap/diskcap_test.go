@@ -26,7 +26,7 @@ func TestWalkCountsBlocksOncePerInodeAndNeverFollowsLinks(t *testing.T) {
 	dir := t.TempDir()
 	outside := t.TempDir()
 	fill(t, filepath.Join(outside, "big"), 4<<20)
-	empty, err := Walk([]string{dir})
+	empty, err := Walk(context.Background(), []string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestWalkCountsBlocksOncePerInodeAndNeverFollowsLinks(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "dirlink")); err != nil {
 		t.Fatal(err)
 	}
-	u, err := Walk([]string{dir, filepath.Join(dir, "a")}) // a root inside another counts once
+	u, err := Walk(context.Background(), []string{dir, filepath.Join(dir, "a")}) // a root inside another counts once
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestWalkCountsBlocksOncePerInodeAndNeverFollowsLinks(t *testing.T) {
 	if len(u.FS) != 1 || len(u.Unreadable) != 0 {
 		t.Errorf("file systems %v, unreadable %v", u.FS, u.Unreadable)
 	}
-	if missing, err := Walk([]string{filepath.Join(dir, "nothing")}); err != nil || missing.Bytes != 0 {
+	if missing, err := Walk(context.Background(), []string{filepath.Join(dir, "nothing")}); err != nil || missing.Bytes != 0 {
 		t.Errorf("a missing root: %+v, %v", missing, err)
 	}
 }
@@ -234,5 +234,17 @@ func TestWatchGaugeWithoutFileSystemsYet(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a gauge without file systems was not measured again")
+	}
+}
+
+// A walk stops when its context ends (the sandbox has ended: the launcher
+// does not wait for a walk of a large tree).
+func TestWalkStopsWithItsContext(t *testing.T) {
+	dir := t.TempDir()
+	fill(t, filepath.Join(dir, "f"), 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Walk(ctx, []string{dir}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a walk with an ended context: %v, want context.Canceled", err)
 	}
 }

@@ -3,6 +3,7 @@ package diskcap
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,4 +46,19 @@ func FSType(path string) string {
 		return "zfs"
 	}
 	return fmt.Sprintf("a file system of type %#x", s.Type)
+}
+
+// lowPriority runs f on an OS thread of its own at nice 19, which ends with
+// it (a goroutine that exits locked to its thread takes the thread with it,
+// so no other goroutine ever runs at that priority).
+func lowPriority(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		// Best effort: at worst the walk runs at the launcher's priority.
+		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
+		f()
+	}()
+	<-done
 }

@@ -25,3 +25,6 @@ func FSType(path string) string {
 	}
 	return unix.ByteSliceToString(s.Fstypename[:])
 }
+
+// lowPriority runs f.
+func lowPriority(f func()) { f() }

@@ -50,7 +50,7 @@ func (t *Trees) Size(ctx context.Context) (int64, error) {
 			}
 		}
 	}
-	u, err := Walk(roots)
+	u, err := Walk(ctx, roots)
 	if err != nil {
 		return 0, err
 	}

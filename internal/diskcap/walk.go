@@ -14,6 +14,7 @@
 package diskcap
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -43,16 +44,30 @@ type Usage struct {
 // FileID names an inode.
 type FileID struct{ Dev, Ino uint64 }
 
-// Walk measures the trees at roots. A root that does not exist counts
+// Walk measures the trees at roots, unless ctx ends first. A root that does not exist counts
 // nothing; a directory that cannot be listed is recorded in Unreadable. A
 // root below another root is walked once, as part of it.
-func Walk(roots []string) (Usage, error) {
+//
+// It walks at the lowest CPU priority (on Linux), so that a launch or the
+// sandbox's own work goes first: a walk runs beside them on a machine of a
+// few cores.
+func Walk(ctx context.Context, roots []string) (Usage, error) {
+	var u Usage
+	var err error
+	lowPriority(func() { u, err = walk(ctx, roots) })
+	return u, err
+}
+
+func walk(ctx context.Context, roots []string) (Usage, error) {
 	u := Usage{FS: map[uint64]string{}, Unreadable: map[FileID]string{}}
-	w := walker{u: &u, seen: map[FileID]bool{}}
+	w := walker{ctx: ctx, u: &u, seen: map[FileID]bool{}}
 	for _, root := range Disjoint(roots) {
 		if err := w.root(root); err != nil {
 			return Usage{}, err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Usage{}, err
 	}
 	return u, nil
 }
@@ -84,6 +99,7 @@ func within(dir, p string) bool {
 }
 
 type walker struct {
+	ctx  context.Context // a walk stops when it ends
 	u    *Usage
 	seen map[FileID]bool // inodes with more than one name, counted once
 }
@@ -134,6 +150,9 @@ func (w *walker) unreadable(st *unix.Stat_t, path string) {
 func (w *walker) dir(fd int, path string) {
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	if w.ctx.Err() != nil {
+		return
+	}
 	for {
 		names, err := f.Readdirnames(512)
 		for _, name := range names {
