@@ -6,6 +6,9 @@ package bench
 // writable layer's directory found) against the same launch with a
 // read-only root filesystem and a read-only workspace (nothing to watch),
 // interleaved, in a workspace of PROPIO_BENCH_FILES files (default 20,000).
+// PROPIO_BENCH_BASE_LAUNCHER names another build of the launcher (one from
+// before the watch) to run the watched profile too: the two then differ by
+// the watch alone.
 
 import (
 	"context"
@@ -14,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,33 +72,41 @@ func TestDiskWatchLaunch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(name string) time.Duration {
-		return launch(t, a.workspace, a.env, a.launcher, "run", "-p", paths[name], "--", "exit", "0")
+	arms := []struct{ name, launcher, profile string }{
+		{"watched (rw workspace, writable root)", a.launcher, paths["watched"]},
+		{"unwatched (ro workspace, read-only root)", a.launcher, paths["unwatched"]},
+	}
+	// Another build of the launcher (one from before the watch), on the
+	// watched profile: the cleanest comparison, when there is one.
+	if base := os.Getenv("PROPIO_BENCH_BASE_LAUNCHER"); base != "" {
+		arms = append(arms, struct{ name, launcher, profile string }{"watched, by PROPIO_BENCH_BASE_LAUNCHER", base, paths["watched"]})
+	}
+	run := func(i int) time.Duration {
+		return launch(t, a.workspace, a.env, arms[i].launcher, "run", "-p", arms[i].profile, "--", "exit", "0")
 	}
 	for range warmup {
-		run("watched")
-		run("unwatched")
+		for i := range arms {
+			run(i)
+		}
 	}
-	var watched, unwatched []time.Duration
-	for i := range n {
-		// Alternate which goes first, so that neither always follows the other.
-		if i%2 == 0 {
-			watched = append(watched, run("watched"))
-			unwatched = append(unwatched, run("unwatched"))
-		} else {
-			unwatched = append(unwatched, run("unwatched"))
-			watched = append(watched, run("watched"))
+	times := make([][]time.Duration, len(arms))
+	for round := range n {
+		// Each round in another order, so that no arm always follows another.
+		for k := range arms {
+			i := (k + round) % len(arms)
+			times[i] = append(times[i], run(i))
 		}
 	}
 	a.checkNothingLeft(t)
-	t.Logf("\nlaunch of `exit 0` in a workspace of %d files (one walk of it: %.0f ms), %d interleaved runs per arm after %d warm-up runs each\n"+
-		"%-46s %10s %10s %10s %10s\n"+
-		"%-46s %8.0fms %8.0fms %8.0fms %8.0fms\n"+
-		"%-46s %8.0fms %8.0fms %8.0fms %8.0fms\n"+
-		"ratio watched/unwatched of the medians: %.3fx, of the means: %.3fx",
-		files, ms(walk), n, warmup,
-		"arm", "median", "mean", "min", "max",
-		"watched (rw workspace, writable root)", ms(median(watched)), ms(mean(watched)), ms(slices.Min(watched)), ms(slices.Max(watched)),
-		"unwatched (ro workspace, read-only root)", ms(median(unwatched)), ms(mean(unwatched)), ms(slices.Min(unwatched)), ms(slices.Max(unwatched)),
-		float64(median(watched))/float64(median(unwatched)), float64(mean(watched))/float64(mean(unwatched)))
+	var b strings.Builder
+	fmt.Fprintf(&b, "launch of `exit 0` in a workspace of %d files (one walk of it: %.0f ms), %d interleaved runs per arm after %d warm-up runs each\n", files, ms(walk), n, warmup)
+	fmt.Fprintf(&b, "%-46s %10s %10s %10s %10s\n", "arm", "median", "mean", "min", "max")
+	for i, arm := range arms {
+		d := times[i]
+		fmt.Fprintf(&b, "%-46s %8.0fms %8.0fms %8.0fms %8.0fms\n", arm.name, ms(median(d)), ms(mean(d)), ms(slices.Min(d)), ms(slices.Max(d)))
+	}
+	for i := 1; i < len(arms); i++ {
+		fmt.Fprintf(&b, "ratio watched / %s: medians %.3fx, means %.3fx\n", arms[i].name, float64(median(times[0]))/float64(median(times[i])), float64(mean(times[0]))/float64(mean(times[i])))
+	}
+	t.Logf("\n%s", b.String())
 }

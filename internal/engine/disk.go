@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/docker/compose/v5/pkg/api"
@@ -269,17 +270,21 @@ type sandboxProcs struct {
 	local   bool
 	dataDir string // the engine's data directory
 
-	mu sync.Mutex
-	id string
+	mu     sync.Mutex
+	id     string
+	looked time.Time // when the engine was last asked, while there was no container
 }
 
 // container is the agent's container id, or "" while it does not exist yet.
+// The engine is asked at most every quarter second: the gauges ask often
+// while the sandbox starts, and the engine is busy starting it.
 func (w *sandboxProcs) container(ctx context.Context) (string, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.id != "" {
+	if w.id != "" || time.Since(w.looked) < 250*time.Millisecond {
 		return w.id, nil
 	}
+	w.looked = time.Now()
 	list, err := w.e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
 		All: true,
 		Filters: make(client.Filters).Add("label", LabelProject+"="+w.project).
