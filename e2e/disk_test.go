@@ -89,7 +89,8 @@ func TestDiskTmpAndHome(t *testing.T) {
 
 // A writable layer on an engine whose storage cannot cap it (overlay2 on
 // ext4 here) is watched: the sandbox is stopped past the cap, with the
-// place named, and nothing of it is left behind.
+// place named, and nothing of it is left behind; a file deleted but held
+// open counts too.
 func TestDiskWritableLayerWatched(t *testing.T) {
 	s, image := diskSandbox(t)
 	if out, _ := docker("info", "--format", "{{.Driver}}"); strings.TrimSpace(out) == "btrfs" || strings.TrimSpace(out) == "zfs" {
@@ -99,6 +100,12 @@ func TestDiskWritableLayerWatched(t *testing.T) {
 	start := time.Now()
 	r := probeRun(s, p, "fs", "fill /big "+diskOver, "sleep 60s")
 	stoppedByCap(t, r, "its writable layer", time.Since(start))
+
+	t.Run("held open", func(t *testing.T) {
+		start := time.Now()
+		r := probeRun(s, p, "fs", "hold /hidden "+diskOver, "sleep 60s")
+		stoppedByCap(t, r, "its writable layer", time.Since(start))
+	})
 }
 
 // An rw workspace is watched: past the cap the sandbox is stopped, and the

@@ -23,8 +23,8 @@ import (
 //	sleep DURATION       wait (printing "sleeping" first)
 //	fill PATH SIZE       create or truncate PATH with SIZE bytes (512k, 300m, 2g) of
 //	                     non-zero data, 1 MiB a write, synced; prints "filled PATH N" with N the bytes written
-//	hold PATH SIZE       fill PATH, then delete it but keep it open until the probe exits:
-//	                     space no walk of the tree can see
+//	hold PATH SIZE       create PATH and delete it, then fill it, keeping it open until the probe
+//	                     exits: space no walk of the tree can see
 //
 // It prints "done N" after N operations, or fails at the first that fails.
 func fsOps(ops []string) {
@@ -113,11 +113,20 @@ var held []*os.File
 // fillFile writes n bytes of non-zero data to path (which file systems
 // cannot keep sparse), and syncs it, so that its blocks are allocated when
 // it returns. It prints how much it wrote, even when a write fails. With
-// hold, it deletes the file and keeps it open.
+// hold, it deletes the file before it writes, and keeps it open. On a
+// failure the file is left open (the probe exits at once).
 func fillFile(path string, n int64, hold bool) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
+	}
+	if hold {
+		// Deleted before a byte is written: no walk ever sees it.
+		if err := os.Remove(path); err != nil {
+			f.Close()
+			return err
+		}
+		held = append(held, f)
 	}
 	buf := []byte(strings.Repeat("propio-sandbox fills this file.\n", 1<<15)) // 1 MiB
 	var done int64
@@ -126,20 +135,17 @@ func fillFile(path string, n int64, hold bool) error {
 		w, err := f.Write(chunk)
 		done += int64(w)
 		if err != nil {
-			f.Close()
 			fmt.Printf("filled %s %d\n", path, done)
 			return err
 		}
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
 		fmt.Printf("filled %s %d\n", path, done)
 		return err
 	}
 	fmt.Printf("filled %s %d\n", path, done)
 	if hold {
-		held = append(held, f)
-		return os.Remove(path)
+		return nil
 	}
 	return f.Close()
 }

@@ -270,9 +270,10 @@ type sandboxProcs struct {
 	local   bool
 	dataDir string // the engine's data directory
 
-	mu     sync.Mutex
-	id     string
-	looked time.Time // when the engine was last asked, while there was no container
+	mu      sync.Mutex
+	id      string
+	looked  time.Time // when the engine was last asked, while there was no container
+	initPid int       // the host pid of the container's first process
 }
 
 // container is the agent's container id, or "" while it does not exist yet.
@@ -300,7 +301,10 @@ func (w *sandboxProcs) container(ctx context.Context) (string, error) {
 }
 
 // pids are the host process ids of the sandbox's processes, when the engine
-// is on this host; none otherwise.
+// is on this host; none otherwise. The first is its init's (the engine's
+// State.Pid); the others, from the engine's top, only when they are in the
+// same pid namespace (an engine may report them as the sandbox sees them,
+// which would name the host's own processes).
 func (w *sandboxProcs) pids(ctx context.Context) []int {
 	if !w.local {
 		return nil
@@ -309,20 +313,46 @@ func (w *sandboxProcs) pids(ctx context.Context) []int {
 	if err != nil || id == "" {
 		return nil
 	}
-	top, err := w.e.cli.Client().ContainerTop(ctx, id, client.ContainerTopOptions{})
-	if err != nil {
+	initPid := w.init(ctx, id)
+	if initPid == 0 {
 		return nil
 	}
+	ns := func(pid int) string {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+		return link
+	}
+	want := ns(initPid)
+	if want == "" {
+		return nil // gone, or not ours to look at
+	}
+	out := []int{initPid}
+	top, err := w.e.cli.Client().ContainerTop(ctx, id, client.ContainerTopOptions{})
+	if err != nil {
+		return out
+	}
 	col := slices.Index(top.Titles, "PID")
-	var out []int
 	for _, p := range top.Processes {
-		if col >= 0 && col < len(p) {
-			if n, err := strconv.Atoi(p[col]); err == nil {
-				out = append(out, n)
-			}
+		if col < 0 || col >= len(p) {
+			continue
+		}
+		if n, err := strconv.Atoi(p[col]); err == nil && n != initPid && ns(n) == want {
+			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// init is the host pid of the container's first process, asked once.
+func (w *sandboxProcs) init(ctx context.Context, id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.initPid == 0 {
+		res, err := w.e.cli.Client().ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err == nil && res.Container.State != nil && res.Container.State.Pid > 0 {
+			w.initPid = res.Container.State.Pid
+		}
+	}
+	return w.initPid
 }
 
 // held is a Trees' Held for the service's directories: files the sandbox
