@@ -205,3 +205,22 @@ func TestTestDisk(t *testing.T) {
 		})
 	}
 }
+
+// A profile cannot set the test cap: env.set is the sandbox's environment,
+// and Gather reads the variable from the launcher's only.
+func TestTestDiskNotFromProfile(t *testing.T) {
+	ws := t.TempDir()
+	t.Setenv(EnvTestDisk, "")
+	p := &profile.Profile{Env: profile.Env{Set: map[string]string{EnvTestDisk: "1m"}}}
+	h, err := Gather(p, ws, Dirs{State: filepath.Join(t.TempDir(), "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.TestDisk != 0 {
+		t.Errorf("env.set %s=1m in a profile set the test cap to %d", EnvTestDisk, h.TestDisk)
+	}
+	t.Setenv(EnvTestDisk, "200m")
+	if h, err = Gather(p, ws, Dirs{State: filepath.Join(t.TempDir(), "state")}); err != nil || h.TestDisk != 200<<20 {
+		t.Errorf("the launcher's %s=200m: %d, %v", EnvTestDisk, h.TestDisk, err)
+	}
+}
