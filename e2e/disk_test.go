@@ -29,7 +29,7 @@ const (
 // diskProbe is a probe image of this checkout's probe under a name of the
 // test's own, removed when it ends: other checkouts on the same engine may
 // rebuild the shared probe image without this probe's fill and hold.
-func diskProbe(t *testing.T) string {
+func diskProbe(t *testing.T, dockerfile ...string) string {
 	t.Helper()
 	bin := testenv.ProbeBinary(t)
 	dir := t.TempDir()
@@ -40,7 +40,8 @@ func diskProbe(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "probe"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n"), 0o644); err != nil {
+	df := "FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n" + strings.Join(dockerfile, "\n")
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	image := "propio-sandbox-e2e/probe-disk:" + randomID()
@@ -106,6 +107,18 @@ func TestDiskWritableLayerWatched(t *testing.T) {
 		r := probeRun(s, p, "fs", "hold /hidden "+diskOver, "sleep 60s")
 		stoppedByCap(t, r, "its writable layer", time.Since(start))
 	})
+}
+
+// An image that declares a VOLUME gets a volume of the engine's there,
+// which no storage option caps: it is watched, and the sandbox stopped past
+// the cap.
+func TestDiskImageVolume(t *testing.T) {
+	s, _ := diskSandbox(t)
+	image := diskProbe(t, "VOLUME /data")
+	p := s.Profile("image: " + image + "\n" + probeOffline + "user: root\n")
+	start := time.Now()
+	r := probeRun(s, p, "fs", "fill /data/big "+diskOver, "sleep 60s")
+	stoppedByCap(t, r, "its image's volumes", time.Since(start))
 }
 
 // An rw workspace is watched: past the cap the sandbox is stopped, and the

@@ -274,7 +274,7 @@ func diskCapped(err error, over *engine.DiskCapError, p *profile.Profile, cs *la
 	}
 	var hints []string
 	switch {
-	case over.Where == engine.PlaceWritableLayer:
+	case over.Where == engine.PlaceWritableLayer || over.Where == engine.PlaceImageVolumes:
 		hints = append(hints, "what it wrote outside the workspace, /tmp and HOME is gone with its container: have the agent write its work to the workspace")
 	case cs != nil:
 		hints = append(hints, "what it wrote before it was stopped is in its changeset, above: review it with "+name+" diff")

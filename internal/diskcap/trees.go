@@ -38,6 +38,9 @@ func (t *Trees) Size(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(roots) == 0 && !t.started {
+		return 0, nil // nothing yet (a container not made): the baseline waits for the trees
+	}
 	if !t.started {
 		// The file systems' use first: what is written during the walk
 		// counts against the sandbox, never for it.

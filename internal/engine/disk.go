@@ -42,6 +42,9 @@ const (
 	PlaceWorkspace     = "the workspace"
 	PlaceChangeset     = "its changeset"
 	PlaceWritableLayer = "its writable layer"
+	// PlaceImageVolumes: the volumes the engine makes for the image's
+	// VOLUME paths (none mounted there by the profile).
+	PlaceImageVolumes = "its image's volumes"
 )
 
 // DiskPlan is how the disk cap holds for one sandbox: what the engine
@@ -56,6 +59,9 @@ type DiskPlan struct {
 	// Dirs: the launcher watches the directories the sandbox writes to
 	// (rw binds, a changeset's upper directories or volumes), together.
 	dirs *diskcap.Gauge
+	// ImageVolumes: the launcher watches the volumes the engine makes for
+	// the image's VOLUME paths, which no storage option caps.
+	imageVolumes *diskcap.Gauge
 
 	procs   *sandboxProcs
 	storage Storage
@@ -115,6 +121,16 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 		}
 	}
 
+	// The image's VOLUME paths that nothing of the profile covers get
+	// volumes of the engine's: watched as the writable layer is.
+	vols, err := e.volumesOf(ctx, svc.Image)
+	if err != nil {
+		return nil, err
+	}
+	if anon := uncovered(vols, svc); len(anon) > 0 {
+		plan.imageVolumes = w.imageVolumesGauge(anon)
+	}
+
 	// The directories it writes to: rw binds, and a changeset's volumes.
 	var roots, where []string
 	var copies []string // volumes on the engine the launcher cannot read
@@ -151,7 +167,7 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 	g := &diskcap.Gauge{What: joinPlaces(where), Size: trees.Size, FS: trees.FS}
 	if len(copies) > 0 {
 		// Measured by the engine: at intervals, no trigger.
-		engineSize := e.volumesSize(copies)
+		engineSize := e.volumesSize(copies, false)
 		g.FS = nil
 		g.Size = func(ctx context.Context) (int64, error) {
 			var n int64
@@ -178,12 +194,84 @@ func (p *DiskPlan) overError(o *diskcap.Over) error {
 // gauges are what the launcher watches for the plan.
 func (p *DiskPlan) gauges() []*diskcap.Gauge {
 	var out []*diskcap.Gauge
-	for _, g := range []*diskcap.Gauge{p.layer, p.dirs} {
+	for _, g := range []*diskcap.Gauge{p.layer, p.dirs, p.imageVolumes} {
 		if g != nil {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// uncovered are the paths of vols that no mount or tmpfs of the service
+// covers: the engine makes a volume of its own for each.
+func uncovered(vols []string, svc *types.ServiceConfig) []string {
+	covered := map[string]bool{}
+	for _, v := range svc.Volumes {
+		covered[path.Clean(v.Target)] = true
+	}
+	for _, t := range svc.Tmpfs {
+		dst, _, _ := strings.Cut(t, ":")
+		covered[path.Clean(dst)] = true
+	}
+	var out []string
+	for _, v := range vols {
+		if !covered[path.Clean(v)] {
+			out = append(out, path.Clean(v))
+		}
+	}
+	return out
+}
+
+// imageVolumesGauge watches the volumes the engine made for the paths
+// anon: walked when the launcher can read them, else measured by the
+// engine. All they hold counts, the image's content there (which the
+// engine copies in) too: a baseline taken when they are first seen could
+// already hold what the sandbox wrote.
+func (w *sandboxProcs) imageVolumesGauge(anon []string) *diskcap.Gauge {
+	var dirs, names []string
+	found := false
+	find := func(ctx context.Context) error {
+		if found {
+			return nil
+		}
+		id, err := w.container(ctx)
+		if err != nil || id == "" {
+			return err
+		}
+		res, err := w.e.cli.Client().ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("inspecting the sandbox's container: %w", err)
+		}
+		for _, m := range res.Container.Mounts {
+			if m.Type == "volume" && slices.Contains(anon, path.Clean(m.Destination)) {
+				if readable(m.Source) {
+					dirs = append(dirs, m.Source)
+				} else {
+					names = append(names, m.Name)
+				}
+			}
+		}
+		found = true
+		return nil
+	}
+	trees := &diskcap.Trees{FromZero: true, Roots: func(ctx context.Context) ([]string, error) {
+		if err := find(ctx); err != nil {
+			return nil, err
+		}
+		return dirs, nil
+	}}
+	var engineSize func(context.Context) (int64, error)
+	return &diskcap.Gauge{What: PlaceImageVolumes, Size: func(ctx context.Context) (int64, error) {
+		n, err := trees.Size(ctx)
+		if err != nil || len(names) == 0 {
+			return n, err
+		}
+		if engineSize == nil {
+			engineSize = w.e.volumesSize(names, true)
+		}
+		m, err := engineSize(ctx)
+		return n + m, err
+	}}
 }
 
 // overlayUppers maps the project's overlay volumes (a changeset's) to their
@@ -223,9 +311,13 @@ func readableVolume(ctx context.Context, e *Engine, name string) string {
 }
 
 // volumesSize measures volumes through the engine's disk usage (which
-// walks them on the engine's side): their growth since the first measure.
-func (e *Engine) volumesSize(names []string) func(context.Context) (int64, error) {
+// walks them on the engine's side): their growth since the first measure,
+// or, fromZero, all they hold.
+func (e *Engine) volumesSize(names []string, fromZero bool) func(context.Context) (int64, error) {
 	var base map[string]int64
+	if fromZero {
+		base = map[string]int64{}
+	}
 	return func(ctx context.Context) (int64, error) {
 		res, err := e.cli.Client().DiskUsage(ctx, client.DiskUsageOptions{Volumes: true, Verbose: true})
 		if err != nil {

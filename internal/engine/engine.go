@@ -66,8 +66,9 @@ type Engine struct {
 	api     *apiClient
 	compose api.Compose
 
-	infoMu sync.Mutex
-	info   *Info // the last Info read
+	infoMu       sync.Mutex
+	info         *Info               // the last Info read
+	imageVolumes map[string][]string // the VOLUME paths of images looked up
 }
 
 // HostFromEnv returns the engine address: $DOCKER_HOST, else the default socket.
