@@ -35,8 +35,11 @@ const (
 	LabelProfile   = "dev.propio-sandbox.profile"
 	LabelWorkspace = "dev.propio-sandbox.workspace"
 	// Extension is the service extension that carries settings the engine
-	// applies itself (such as the timeout).
+	// applies itself (such as the timeout, and the disk cap).
 	Extension = "x-propio-sandbox"
+	// ExtensionDisk is the key, in Extension, of the cap in bytes on what
+	// the sandbox writes (resources.disk).
+	ExtensionDisk = "disk"
 )
 
 // Host is what the generator knows of the machine, gathered beforehand.
@@ -77,6 +80,11 @@ type Host struct {
 	KeepID bool
 	// Podman: the engine is Podman, whose options differ from Docker's.
 	Podman bool
+	// TestDisk is PROPIO_SANDBOX_TEST_DISK, for tests only: a cap on what
+	// the sandbox writes below the 1g that resources.disk allows, so that a
+	// test reaches it quickly. It only ever lowers the profile's cap; 0 for
+	// none.
+	TestDisk int64
 	// Changeset is the changeset of a launch whose workspace or mounts are
 	// in mode changeset; nil when there is none (render, declared checks),
 	// and those directories are then mounted read-only.
@@ -278,7 +286,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	svc.Ports = ports
 
-	ext := map[string]any{"profile": profileLabel(p)}
+	ext := map[string]any{"profile": profileLabel(p), ExtensionDisk: diskCap(p, h)}
 	if p.Resources.Timeout != "" {
 		d, _ := time.ParseDuration(p.Resources.Timeout)
 		ext["timeout"] = d.String()
@@ -293,6 +301,33 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	project.Services[Service] = svc
 	return project, nil
+}
+
+// diskCap is the cap on what the sandbox writes: resources.disk, or the
+// lower one a test asks for.
+func diskCap(p *profile.Profile, h Host) int64 {
+	disk := int64(p.Resources.Disk)
+	if h.TestDisk > 0 && h.TestDisk < disk {
+		return h.TestDisk
+	}
+	return disk
+}
+
+// DiskCap reads the cap on what the sandbox writes, in bytes, from a
+// service's extension; 0 when it has none.
+func DiskCap(svc types.ServiceConfig) int64 {
+	ext, _ := svc.Extensions[Extension].(map[string]any)
+	switch v := ext[ExtensionDisk].(type) {
+	case int64:
+		return v
+	case int:
+		return int64(v)
+	case uint64:
+		return int64(v)
+	case float64:
+		return int64(v)
+	}
+	return 0
 }
 
 // profileLabel names the profile's file the same way however it was asked
@@ -337,6 +372,9 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 	if err != nil {
 		return nil, nil, fmt.Errorf("resources.tmp: %w", err)
 	}
+	// /tmp and HOME are each capped by resources.disk too: both are in
+	// memory, and resources.memory bounds the two together.
+	tmpSize = min(tmpSize, diskCap(p, h))
 	tmpfs := types.StringList{
 		fmt.Sprintf("/tmp:size=%d,mode=1777", tmpSize),
 		fmt.Sprintf("%s:size=%d,mode=0700,uid=%d,gid=%d", profile.HomeDir, tmpSize, uidOf(p, h), gidOf(p, h)),

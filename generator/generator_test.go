@@ -455,3 +455,61 @@ func TestPodmanOptions(t *testing.T) {
 		t.Errorf("extra_hosts on Podman %v: Podman 4.3 has no host-gateway", svc.ExtraHosts)
 	}
 }
+
+// The disk cap is in the extension, where the engine reads it back (from the
+// project in memory, or from a render loaded again), and sizes /tmp and
+// HOME: each is the smaller of resources.tmp and the cap. A test's lower cap
+// (PROPIO_SANDBOX_TEST_DISK) lowers both, and never raises them.
+func TestDiskCap(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(path, []byte("image: a\nresources: {tmp: 3g, disk: 2g}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Locations{}.LoadFile(path, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		testDisk, want int64
+	}{
+		"profile":           {0, 2 << 30},
+		"test cap lowers":   {300 << 20, 300 << 20},
+		"test cap no raise": {20 << 30, 2 << 30},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := fixtureHost(t, p)
+			h.TestDisk = tc.testDisk
+			proj, err := generator.Generate(p, h, generator.Options{Project: project})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc := proj.Services[generator.Service]
+			if got := generator.DiskCap(svc); got != tc.want {
+				t.Errorf("cap in the extension %d, want %d", got, tc.want)
+			}
+			wantTmpfs := types.StringList{
+				"/tmp:size=" + strconv.FormatInt(tc.want, 10) + ",mode=1777",
+				"/home/sandbox:size=" + strconv.FormatInt(tc.want, 10) + ",mode=0700,uid=1000,gid=1000",
+			}
+			if !slices.Equal(svc.Tmpfs, wantTmpfs) {
+				t.Errorf("tmpfs %q, want %q", svc.Tmpfs, wantTmpfs)
+			}
+			out, err := generator.Render(proj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loaded, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+				WorkingDir:  proj.WorkingDir,
+				ConfigFiles: []types.ConfigFile{{Filename: "compose.yaml", Content: out}},
+				Environment: types.Mapping{},
+			}, func(o *loader.Options) { o.SetProjectName(project, true) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := generator.DiskCap(loaded.Services[generator.Service]); got != tc.want {
+				t.Errorf("cap read back from the render %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

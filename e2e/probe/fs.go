@@ -27,6 +27,10 @@ import (
 //	symlink TARGET PATH  make a symbolic link
 //	mkfifo PATH          make a named pipe (FIFO)
 //	sleep DURATION       wait (printing "sleeping" first)
+//	fill PATH SIZE       create or truncate PATH with SIZE bytes (512k, 300m, 2g) of
+//	                     non-zero data, 1 MiB a write, synced; prints "filled PATH N" with N the bytes written
+//	hold PATH SIZE       create PATH and delete it, then fill it, keeping it open until the probe
+//	                     exits: space no walk of the tree can see
 //
 // It prints "done N" after N operations, or fails at the first that fails.
 func fsOps(ops []string) {
@@ -80,6 +84,11 @@ func fsOps(ops []string) {
 				fmt.Println("sleeping")
 				time.Sleep(d)
 			}
+		case "fill", "hold":
+			var n int64
+			if n, err = parseSize(arg(2)); err == nil {
+				err = fillFile(arg(1), n, words[0] == "hold")
+			}
 		default:
 			err = fmt.Errorf("unknown operation %q", words[0])
 		}
@@ -118,4 +127,65 @@ func copyTree(src, dst string) error {
 		}
 		return os.WriteFile(to, data, info.Mode().Perm())
 	})
+}
+
+// parseSize reads a byte count with an optional k, m or g suffix (powers of 1024).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult = 1 << 10
+	case strings.HasSuffix(s, "m"):
+		mult = 1 << 20
+	case strings.HasSuffix(s, "g"):
+		mult = 1 << 30
+	}
+	n, err := strconv.ParseInt(strings.TrimRight(s, "kmg"), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	return n * mult, nil
+}
+
+// held are the files hold keeps open, deleted, until the probe exits.
+var held []*os.File
+
+// fillFile writes n bytes of non-zero data to path (which file systems
+// cannot keep sparse), and syncs it, so that its blocks are allocated when
+// it returns. It prints how much it wrote, even when a write fails. With
+// hold, it deletes the file before it writes, and keeps it open. On a
+// failure the file is left open (the probe exits at once).
+func fillFile(path string, n int64, hold bool) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if hold {
+		// Deleted before a byte is written: no walk ever sees it.
+		if err := os.Remove(path); err != nil {
+			f.Close()
+			return err
+		}
+		held = append(held, f)
+	}
+	buf := []byte(strings.Repeat("propio-sandbox fills this file.\n", 1<<15)) // 1 MiB
+	var done int64
+	for done < n {
+		chunk := buf[:min(int64(len(buf)), n-done)]
+		w, err := f.Write(chunk)
+		done += int64(w)
+		if err != nil {
+			fmt.Printf("filled %s %d\n", path, done)
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		fmt.Printf("filled %s %d\n", path, done)
+		return err
+	}
+	fmt.Printf("filled %s %d\n", path, done)
+	if hold {
+		return nil
+	}
+	return f.Close()
 }

@@ -7,7 +7,7 @@
 //	probe read PATH           print the file, or the error
 //	probe write PATH TEXT     write TEXT to PATH (creating it), or print the error
 //	probe ls PATH             list a directory, one name a line
-//	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", ...; see fs.go)
+//	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", "fill PATH 100m", ...; see fs.go)
 //	probe find TEXT DIR       read every file reachable below DIR, through links, and print "found PATH" for each holding TEXT, then "searched N files"
 //	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
 //	probe unixget SOCKET PATH GET PATH over HTTP on a unix socket (an engine's API), print "status N" then the first 4 KiB of the body

@@ -55,7 +55,7 @@ content, which the sandbox can read); they do not change the exit code.`,
 			var conn engineConn
 			defer conn.close()
 			ctx := context.Background()
-			results := preflight.RunAll(ctx, a.preflightChecks(e, p, build, &conn))
+			results := preflight.RunAll(ctx, a.preflightChecks(e, p, build, &conn, true))
 			// The profile's own checks need the engine, and the agent's image.
 			if len(p.Checks) > 0 && preflight.OK(results) {
 				podman := func(h *generator.Host) {

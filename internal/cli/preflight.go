@@ -32,10 +32,34 @@ func (c *engineConn) close() {
 }
 
 // preflightChecks are the built-in checks for p in e's workspace; the
-// engine they connect to is kept in conn.
-func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engineConn) []preflight.Check {
+// engine they connect to is kept in conn. For doctor, the disk check also
+// says how a changeset would be made here (run does not ask: it costs a
+// round trip to the engine).
+func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engineConn, doctor bool) []preflight.Check {
 	host := e.buildHost()
+	var cs func(context.Context) (string, string)
+	if doctor {
+		cs = func(ctx context.Context) (string, string) {
+			if conn.eng == nil {
+				return "", ""
+			}
+			want, err := changesetMode()
+			if err != nil {
+				return "", ""
+			}
+			ov, err := conn.eng.OverlayCapable(ctx)
+			if err != nil {
+				return "", ""
+			}
+			mode, why, err := chooseMode(want, ov.OK, ov.Why, []string{e.workspace, e.dirs.State})
+			if err != nil {
+				return "", ""
+			}
+			return string(mode), why
+		}
+	}
 	return preflight.Checks(preflight.Inputs{
+		Changeset: cs,
 		Profile:   p,
 		Ref:       a.profile,
 		Workspace: e.workspace,
@@ -66,12 +90,12 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 // profile's trust and its build's.
 func (a *app) trustCheck(e env, p *profile.Profile) preflight.Result {
 	var conn engineConn // the trust check never connects
-	for _, c := range a.preflightChecks(e, p, true, &conn) {
+	for _, c := range a.preflightChecks(e, p, true, &conn, false) {
 		if c.Name == preflight.Trust {
 			return preflight.RunAll(context.Background(), []preflight.Check{c})[0]
 		}
 	}
-	panic("no trust check")
+	return preflight.Result{Name: preflight.Trust, Reason: "the trust check is missing from the built-in checks"}
 }
 
 // preflightFailed is a failed check as run reports it: exit 3, the check's

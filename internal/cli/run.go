@@ -110,7 +110,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 	ctx := context.Background()
 	var conn engineConn
 	defer conn.close()
-	if err := preflight.Run(ctx, a.preflightChecks(e, p, f.build, &conn)); err != nil {
+	if err := preflight.Run(ctx, a.preflightChecks(e, p, f.build, &conn, false)); err != nil {
 		return preflightFailed(err)
 	}
 	if err := a.checkLaunchGrants(e, p, conn.host); err != nil {
@@ -259,7 +259,10 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				err = errors.Join(err, serr)
 			}
 		}
+		var over *engine.DiskCapError
 		switch {
+		case errors.As(err, &over):
+			return withCode{diskCapped(err, over, p, cs), code}
 		case err != nil && code != 0:
 			return withCode{engineHint(err, p, a.profile), code}
 		case err != nil:
@@ -301,6 +304,37 @@ func (a *app) checkLaunchGrants(e env, p *profile.Profile, engineHost string) er
 		}
 	}
 	return nil
+}
+
+// diskCapped says which cap the sandbox went over, where, and where what
+// it wrote is. err may join other failures to the stop (a copy back that
+// failed).
+func diskCapped(err error, over *engine.DiskCapError, p *profile.Profile, cs *launchChangeset) error {
+	capName := fmt.Sprintf("resources.disk (%s)", profile.ByteSize(over.Cap))
+	if over.Cap < int64(p.Resources.Disk) {
+		capName = fmt.Sprintf("%s (%s)", hostinfo.EnvTestDisk, profile.ByteSize(over.Cap))
+	}
+	msg := fmt.Sprintf("the sandbox wrote more than %s to %s; stopped", capName, over.Where)
+	var rest []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line != over.Error() {
+			rest = append(rest, line)
+		}
+	}
+	if len(rest) > 0 {
+		msg += "\n" + strings.Join(rest, "\n")
+	}
+	var hints []string
+	switch {
+	case over.Where == engine.PlaceWritableLayer || over.Where == engine.PlaceImageVolumes:
+		hints = append(hints, "what it wrote outside the workspace, /tmp and HOME is gone with its container: have the agent write its work to the workspace")
+	case cs != nil:
+		hints = append(hints, "what it wrote before it was stopped is in its changeset, above: review it with "+name+" diff")
+	default:
+		hints = append(hints, "what it wrote before it was stopped is still there: look at it (git status) before you run it again")
+	}
+	hints = append(hints, fmt.Sprintf("if the task needs more room, raise resources.disk in %s (at most %s)", p.Meta.File, profile.ByteSize(profile.MaxDisk)))
+	return withHint(errors.New(msg), hints...)
 }
 
 // prepareGateway numbers the sandbox network apart from the engine's,

@@ -20,6 +20,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/generator"
 	"golang.org/x/sys/unix"
@@ -53,11 +54,9 @@ type Overlay struct {
 // is not root, on Linux 5.11 or newer (userxattr), and not on Podman.
 func (e *Engine) OverlayCapable(ctx context.Context) (Overlay, error) {
 	no := func(why string) (Overlay, error) { return Overlay{Why: why}, nil }
-	if runtime.GOOS != "linux" {
-		return no("the engine runs in a VM, not on this " + runtime.GOOS + " host")
-	}
-	if !strings.HasPrefix(e.Host, "unix://") {
-		return no("the engine at " + e.Host + " is not on this host")
+	if runtime.GOOS != "linux" || !strings.HasPrefix(e.Host, "unix://") {
+		_, why := onThisHost(system.Info{}, e.Host)
+		return no(why)
 	}
 	if e.Kind == Podman && e.Rootless {
 		return no("a rootless Podman cannot mount an overlay of a host directory")
@@ -73,16 +72,13 @@ func (e *Engine) OverlayCapable(ctx context.Context) (Overlay, error) {
 		return Overlay{}, fmt.Errorf("reading the engine's info: %w", err)
 	}
 	info := res.Info
-	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
-		return no("Docker Desktop runs its engine in a VM")
+	if local, why := onThisHost(info, e.Host); !local {
+		return no(why)
 	}
 	for _, o := range info.SecurityOptions {
 		if strings.Contains(o, "rootless") {
 			return no("a rootless engine cannot mount an overlay of a host directory")
 		}
-	}
-	if host, _ := os.Hostname(); info.Name != "" && host != "" && info.Name != host {
-		return no(fmt.Sprintf("the engine runs on host %s, not on this one (%s)", info.Name, host))
 	}
 	userXattr := kernelAtLeast(info.KernelVersion, 5, 11)
 	if !userXattr && geteuid() != 0 {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,6 +65,10 @@ type Engine struct {
 	cli     *command.DockerCli
 	api     *apiClient
 	compose api.Compose
+
+	infoMu       sync.Mutex
+	info         *Info               // the last Info read
+	imageVolumes map[string][]string // the VOLUME paths of images looked up
 }
 
 // HostFromEnv returns the engine address: $DOCKER_HOST, else the default socket.

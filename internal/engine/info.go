@@ -20,6 +20,8 @@ type Info struct {
 	Runtimes []string
 	// DefaultRuntime is the one used when a container names none.
 	DefaultRuntime string
+	// Storage is how the engine keeps writable layers.
+	Storage Storage
 }
 
 // Info reads the engine's architecture, data directory and runtimes.
@@ -37,7 +39,23 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 		in.Runtimes = append(in.Runtimes, name)
 	}
 	sort.Strings(in.Runtimes)
+	in.Storage = storageOf(res.Info, e.Kind, e.Host)
+	e.infoMu.Lock()
+	e.info = &in
+	e.infoMu.Unlock()
 	return in, nil
+}
+
+// cachedInfo is the info read last (preflight reads it before the run), or
+// read now.
+func (e *Engine) cachedInfo(ctx context.Context) (Info, error) {
+	e.infoMu.Lock()
+	in := e.info
+	e.infoMu.Unlock()
+	if in != nil {
+		return *in, nil
+	}
+	return e.Info(ctx)
 }
 
 // ImageArch returns the CPU architecture the image ref is built for, in
@@ -50,7 +68,38 @@ func (e *Engine) ImageArch(ctx context.Context, ref string) (arch string, found 
 	case err != nil:
 		return "", false, fmt.Errorf("looking up image %s: %w", ref, err)
 	}
+	if res.Config != nil {
+		var vols []string
+		for v := range res.Config.Volumes {
+			vols = append(vols, v)
+		}
+		sort.Strings(vols)
+		e.infoMu.Lock()
+		if e.imageVolumes == nil {
+			e.imageVolumes = map[string][]string{}
+		}
+		e.imageVolumes[ref] = vols
+		e.infoMu.Unlock()
+	}
 	return NormalizeArch(res.Architecture), true, nil
+}
+
+// volumesOf are the paths the image declares as volumes (VOLUME), as
+// ImageArch found them (preflight looks the image up before the run), or
+// as the engine says now.
+func (e *Engine) volumesOf(ctx context.Context, ref string) ([]string, error) {
+	e.infoMu.Lock()
+	vols, ok := e.imageVolumes[ref]
+	e.infoMu.Unlock()
+	if ok {
+		return vols, nil
+	}
+	if _, _, err := e.ImageArch(ctx, ref); err != nil {
+		return nil, err
+	}
+	e.infoMu.Lock()
+	defer e.infoMu.Unlock()
+	return e.imageVolumes[ref], nil
 }
 
 // NormalizeArch names a CPU architecture as images do: the kernel's x86_64

@@ -19,12 +19,12 @@ func TestInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := testenv.Docker("info", "--format", "{{.Architecture}}|{{.DockerRootDir}}|{{.DefaultRuntime}}")
+	out, err := testenv.Docker("info", "--format", "{{.Architecture}}|{{.DockerRootDir}}|{{.DefaultRuntime}}|{{.Driver}}")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := strings.Split(strings.TrimSpace(out), "|")
-	if in.Arch != engine.NormalizeArch(want[0]) || in.DataDir != want[1] || in.DefaultRuntime != want[2] {
+	if in.Arch != engine.NormalizeArch(want[0]) || in.DataDir != want[1] || in.DefaultRuntime != want[2] || in.Storage.Driver != want[3] || in.Storage.Why == "" {
 		t.Errorf("Info = %+v; docker info says %q", in, want)
 	}
 	if !slices.Contains(in.Runtimes, in.DefaultRuntime) {

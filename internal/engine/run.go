@@ -21,6 +21,7 @@ import (
 	"github.com/moby/moby/client"
 	mobysignal "github.com/moby/sys/signal"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/diskcap"
 )
 
 // RunOptions say how one sandbox runs.
@@ -140,6 +141,7 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 
 	// The project's volumes (a changeset's), made here so that the
 	// teardown removes them by label, and filled for a copy.
+	uppers := overlayUppers(project)
 	if err := e.createVolumes(ctx, project, svc.Image); err != nil {
 		return 0, err
 	}
@@ -148,6 +150,34 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 			return 0, err
 		}
 	}
+
+	// The disk cap: a storage option where the engine enforces it, and
+	// the launcher's watch on the rest, for as long as the sandbox runs.
+	plan, err := e.planDisk(ctx, project, &svc, uppers)
+	if err != nil {
+		return 0, err
+	}
+	project.Services[generator.Service] = svc
+	var over atomic.Pointer[diskcap.Over]
+	stopWatch := func() {}
+	startWatch := func() {
+		if plan == nil || len(plan.gauges()) == 0 {
+			return
+		}
+		wctx, wcancel := context.WithCancel(context.Background())
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			if o := diskcap.Watch(wctx, plan.Cap, plan.gauges(), diskcap.DefaultTiming, nil); o != nil {
+				over.Store(o)
+				kctx, kcancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer kcancel()
+				e.kill(kctx, project.Name)
+			}
+		}()
+		stopWatch = sync.OnceFunc(func() { wcancel(); <-ended })
+	}
+	defer func() { stopWatch() }()
 
 	var timedOut atomic.Bool
 	if o.Timeout > 0 {
@@ -160,21 +190,35 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 		defer timer.Stop()
 	}
 
-	code, err = e.compose.RunOneOffContainer(ctx, project, api.RunOptions{
-		Project: project,
-		Service: generator.Service,
-		// Podman before 4.6 reports exit code 0 to a wait for removal
-		// (containers/podman#18889); the teardown below removes it anyway.
-		AutoRemove:  e.Kind != Podman,
-		Tty:         o.TTY,
-		Interactive: o.Interactive,
-		// The gateway of an allowlist sandbox starts first, and is removed
-		// with the rest of the project below.
-		NoDeps: len(project.Services) == 1,
-	})
+	runOne := func() (int, error) {
+		return e.compose.RunOneOffContainer(ctx, project, api.RunOptions{
+			Project: project,
+			Service: generator.Service,
+			// Podman before 4.6 reports exit code 0 to a wait for removal
+			// (containers/podman#18889); the teardown below removes it anyway.
+			AutoRemove:  e.Kind != Podman,
+			Tty:         o.TTY,
+			Interactive: o.Interactive,
+			// The gateway of an allowlist sandbox starts first, and is removed
+			// with the rest of the project below.
+			NoDeps: len(project.Services) == 1,
+		})
+	}
+	startWatch()
+	code, err = runOne()
+	if err != nil && plan != nil && plan.StorageOpt != "" && storageOptRefused(err) && ctx.Err() == nil {
+		// The engine cannot cap the writable layer after all (its storage
+		// was misjudged): the launcher watches it instead.
+		stopWatch()
+		plan.watchLayer(&svc)
+		project.Services[generator.Service] = svc
+		startWatch()
+		code, err = runOne()
+	}
+	stopWatch()
 	// The SDK stopped its own signal channel; ours must be the one armed.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	if err == nil || timedOut.Load() {
+	if err == nil || timedOut.Load() || over.Load() != nil {
 		if o.Ran != nil {
 			o.Ran()
 		}
@@ -189,13 +233,18 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o RunOptions) 
 			}
 		}
 		if len(cerrs) > 0 {
-			if timedOut.Load() {
+			switch {
+			case over.Load() != nil:
+				code, err = ExitDiskCap, plan.overError(over.Load())
+			case timedOut.Load():
 				code = 124
 			}
 			return code, errors.Join(append([]error{err}, cerrs...)...)
 		}
 	}
 	switch {
+	case over.Load() != nil:
+		return ExitDiskCap, plan.overError(over.Load())
 	case timedOut.Load():
 		return 124, fmt.Errorf("stopped after %s: %w", o.Timeout, ErrTimeout)
 	case err != nil && interrupted.Load() != nil:

@@ -302,4 +302,3 @@ func allZero(b []byte) bool {
 	}
 	return true
 }
-

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/guard"
@@ -187,7 +188,32 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 	if h.ExtraMounts, err = ExtraMounts(os.LookupEnv); err != nil {
 		return generator.Host{}, nil, err
 	}
+	if h.TestDisk, err = TestDisk(os.LookupEnv); err != nil {
+		return generator.Host{}, nil, err
+	}
 	return h, warnings, nil
+}
+
+// EnvTestDisk is for tests only: a cap on what the sandbox writes, below
+// the 1g minimum of resources.disk, so that a test reaches it in a moment.
+// It is read from the launcher's environment (never from a profile) and only
+// ever lowers the profile's cap.
+const EnvTestDisk = "PROPIO_SANDBOX_TEST_DISK"
+
+// minTestDisk keeps a test's cap above what a sandbox writes just starting.
+const minTestDisk = 1 << 20
+
+// TestDisk reads PROPIO_SANDBOX_TEST_DISK: 0 when it is not set.
+func TestDisk(lookup func(string) (string, bool)) (int64, error) {
+	v, ok := lookup(EnvTestDisk)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	b, err := units.RAMInBytes(v)
+	if err != nil || b < minTestDisk {
+		return 0, fmt.Errorf("%s=%q: not a size of 1m or more (it is for tests: a lower disk cap than resources.disk allows)", EnvTestDisk, v)
+	}
+	return b, nil
 }
 
 func isFile(path string) bool {

@@ -177,3 +177,48 @@ func TestExtraMounts(t *testing.T) {
 		})
 	}
 }
+
+// PROPIO_SANDBOX_TEST_DISK is read from the launcher's environment only: a
+// size of 1m or more, else an error naming the variable.
+func TestTestDisk(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env     map[string]string
+		want    int64
+		wantErr bool
+	}{
+		"unset":    {nil, 0, false},
+		"empty":    {map[string]string{EnvTestDisk: ""}, 0, false},
+		"set":      {map[string]string{EnvTestDisk: "200m"}, 200 << 20, false},
+		"too low":  {map[string]string{EnvTestDisk: "10k"}, 0, true},
+		"not size": {map[string]string{EnvTestDisk: "lots"}, 0, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := TestDisk(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if got != tc.want || (err != nil) != tc.wantErr {
+				t.Fatalf("TestDisk = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), EnvTestDisk) {
+				t.Errorf("the error does not name the variable: %v", err)
+			}
+		})
+	}
+}
+
+// A profile cannot set the test cap: env.set is the sandbox's environment,
+// and Gather reads the variable from the launcher's only.
+func TestTestDiskNotFromProfile(t *testing.T) {
+	ws := t.TempDir()
+	t.Setenv(EnvTestDisk, "")
+	p := &profile.Profile{Env: profile.Env{Set: map[string]string{EnvTestDisk: "1m"}}}
+	h, _, err := Gather(p, ws, Dirs{State: filepath.Join(t.TempDir(), "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.TestDisk != 0 {
+		t.Errorf("env.set %s=1m in a profile set the test cap to %d", EnvTestDisk, h.TestDisk)
+	}
+	t.Setenv(EnvTestDisk, "200m")
+	if h, _, err = Gather(p, ws, Dirs{State: filepath.Join(t.TempDir(), "state")}); err != nil || h.TestDisk != 200<<20 {
+		t.Errorf("the launcher's %s=200m: %d, %v", EnvTestDisk, h.TestDisk, err)
+	}
+}

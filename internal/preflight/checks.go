@@ -74,6 +74,10 @@ type Inputs struct {
 	// Listen takes a host address for a moment, as net.Listen or
 	// net.ListenPacket would ("tcp" or "udp"); the default does exactly that.
 	Listen func(network, address string) (io.Closer, error)
+	// Changeset, when set, says how a changeset would be made here
+	// (generator.ChangesetOverlay or ChangesetCopy, and why), for the disk
+	// check to say how its cap holds. Nil: the check does not ask.
+	Changeset func(context.Context) (mode, why string)
 }
 
 // Checks returns the built-in checks for in, in the order run uses.
@@ -99,6 +103,7 @@ func Checks(in Inputs) []Check {
 		{Engine, c.engine},
 		{Image, c.image},
 		{Runtime, c.runtime},
+		{Disk, c.disk},
 	}
 }
 

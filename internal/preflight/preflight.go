@@ -28,6 +28,7 @@ const (
 	Engine      = "engine"
 	Image       = "image"
 	Runtime     = "runtime"
+	Disk        = "disk"
 )
 
 // Result is how one check went.

@@ -397,3 +397,64 @@ func TestSSHAgentCheck(t *testing.T) {
 		})
 	}
 }
+
+// The disk check says how the cap holds for each place the sandbox writes:
+// the engine's quota or the launcher's watch for the writable layer, the
+// tmpfs size, the workspace's watch, the changeset's realisation. It fails
+// only when it cannot tell.
+func TestDiskCheck(t *testing.T) {
+	t.Parallel()
+	quota := goodEngine
+	quota.info.Storage = engine.Storage{Driver: "btrfs", Local: true, Quota: true, Why: "btrfs: the engine caps each writable layer with a qgroup"}
+	watched := goodEngine
+	watched.info.Storage = engine.Storage{Driver: "overlay2", BackingFS: "extfs", Local: true, Why: "overlay2 on extfs cannot cap a writable layer"}
+	engineOf := func(f fakeEngine) func(*preflight.Inputs) {
+		return func(in *preflight.Inputs) {
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return f, nil }
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		yaml   string
+		adjust func(*preflight.Inputs)
+		ok     bool
+		want   []string
+	}{
+		{name: "engine quota", adjust: engineOf(quota), ok: true, want: []string{"cap 10g;", "writable layer: capped by the engine, writes past it fail inside (btrfs", "/tmp and HOME: tmpfs of 1g each", "workspace: watched, a walk", "exit 122", "changeset: watched"}},
+		{name: "watched layer", adjust: engineOf(watched), ok: true, want: []string{"writable layer: watched", "overlay2 on extfs cannot cap"}},
+		{name: "read-only root and workspace", yaml: "security: {read_only_rootfs: true}\nworkspace: {mode: ro}\n", adjust: engineOf(watched), ok: true, want: []string{"writable layer: none (read-only root filesystem)", "workspace: none (read-only)"}},
+		{name: "small cap sizes the tmpfs", yaml: "resources: {disk: 1g, tmp: 4g}\n", adjust: engineOf(watched), ok: true, want: []string{"cap 1g;", "tmpfs of 1g each"}},
+		{name: "test cap", adjust: func(in *preflight.Inputs) {
+			engineOf(watched)(in)
+			in.LookupEnv = func(k string) (string, bool) { return "100m", k == "PROPIO_SANDBOX_TEST_DISK" }
+		}, ok: true, want: []string{"cap 100m;", "tmpfs of 100m each"}},
+		{name: "changeset overlay", yaml: "workspace: {mode: changeset}\n", adjust: func(in *preflight.Inputs) {
+			engineOf(watched)(in)
+			in.Changeset = func(context.Context) (string, string) { return generator.ChangesetOverlay, "" }
+		}, ok: true, want: []string{"workspace: in its changeset", "changeset: overlay, its upper directory watched"}},
+		{name: "changeset copy", adjust: func(in *preflight.Inputs) {
+			engineOf(watched)(in)
+			in.Changeset = func(context.Context) (string, string) { return generator.ChangesetCopy, "the engine is remote" }
+		}, ok: true, want: []string{"changeset: copy (the engine is remote), watched"}},
+		{name: "no engine", adjust: func(in *preflight.Inputs) {
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
+		}, want: []string{"not checked"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := inputs(t, tc.yaml)
+			if tc.adjust != nil {
+				tc.adjust(&in)
+			}
+			r := one(t, in, preflight.Disk)
+			if r.OK != tc.ok {
+				t.Errorf("ok = %v, want %v: %+v", r.OK, tc.ok, r)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.Reason, w) {
+					t.Errorf("reason %q lacks %q", r.Reason, w)
+				}
+			}
+		})
+	}
+}

@@ -24,6 +24,7 @@ const (
 	DefaultMemory  = "2g"
 	DefaultPids    = 100
 	DefaultTmp     = "1g"
+	DefaultDisk    = 10 * units.GiB
 	DefaultNetwork = "none"
 	// DefaultSSHAgent: the SSH agent is forwarded only when a profile, or
 	// PROPIO_SANDBOX_SSH_AGENT, asks for it.
@@ -40,6 +41,8 @@ const (
 	MaxPids   = 1000
 	MinTmp    = 1 * units.GiB
 	MaxTmp    = 100 * units.GiB
+	MinDisk   = 1 * units.GiB
+	MaxDisk   = 100 * units.GiB
 )
 
 // Limits are the host's capacity, the upper bounds of resource requests.
@@ -51,6 +54,17 @@ type Limits struct {
 
 func (p *Profile) set(path ...string) bool {
 	return p.src != nil && lookupPath(p.src.root, path) != nil
+}
+
+// text is the field's value as the profile wrote it.
+func (p *Profile) text(path ...string) string {
+	if p.src == nil {
+		return ""
+	}
+	if n := lookupPath(p.src.root, path); n != nil {
+		return n.Value
+	}
+	return ""
 }
 
 func lookupPath(n *yaml.Node, path []string) *yaml.Node {
@@ -98,6 +112,9 @@ func (p *Profile) applyDefaults() {
 	}
 	if p.Resources.Tmp == "" {
 		p.Resources.Tmp = DefaultTmp
+	}
+	if p.Resources.Disk == 0 && !p.set("resources", "disk") {
+		p.Resources.Disk = DefaultDisk
 	}
 	if p.Security.ReadOnlyRootfs == nil {
 		p.Security.ReadOnlyRootfs = ptr(false)
@@ -310,6 +327,14 @@ func (p *Profile) Check(l Limits) error {
 	}
 	checkSize("memory", p.Resources.Memory, MinMemory, l.Memory, "this host's")
 	checkSize("tmp", p.Resources.Tmp, MinTmp, MaxTmp, "the maximum of")
+	switch disk := int64(p.Resources.Disk); {
+	case disk < 0:
+		add(fmt.Sprintf("%q is not a size", p.text("resources", "disk")), "write a size such as 1g or 20g", "resources", "disk")
+	case disk < MinDisk:
+		add(fmt.Sprintf("%s is below the minimum of %s", p.text("resources", "disk"), human(MinDisk)), "", "resources", "disk")
+	case disk > MaxDisk:
+		add(fmt.Sprintf("%s is more than the maximum of %s", p.text("resources", "disk"), human(MaxDisk)), "", "resources", "disk")
+	}
 	if p.Resources.Pids < MinPids || p.Resources.Pids > MaxPids {
 		add(fmt.Sprintf("%d is outside %d .. %d", p.Resources.Pids, MinPids, MaxPids), "", "resources", "pids")
 	}
@@ -365,7 +390,7 @@ func (p *Profile) Check(l Limits) error {
 
 // BuiltinChecks are the names of the built-in preflight checks, which a
 // declared check may not take (internal/preflight defines them).
-var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "ssh-agent", "engine", "image", "runtime"}
+var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "ssh-agent", "engine", "image", "runtime", "disk"}
 
 // checkEgress checks the allowlist rules and the bandwidth cap, each error at
 // the rule that has it.

@@ -304,6 +304,7 @@ resources:
   memory: 2g
   pids: 100
   tmp: 1g
+  disk: 10g
 security:
   read_only_rootfs: false
   cap_drop:
@@ -382,6 +383,34 @@ func TestFitDefaults(t *testing.T) {
 			p.FitDefaults(oneCore)
 			if p.Resources.CPUs != tt.cpus || p.Resources.Memory != tt.memory {
 				t.Errorf("cpus %g memory %s, want %g and %s", p.Resources.CPUs, p.Resources.Memory, tt.cpus, tt.memory)
+			}
+		})
+	}
+}
+
+// resources.disk is parsed into bytes once, when the profile is decoded: a
+// child that does not set it keeps its parent's, and it shows as a profile
+// would write it.
+func TestDiskIsBytes(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		files map[string]string
+		want  profile.ByteSize
+		shown string
+	}{
+		"default":    {map[string]string{"p.yaml": "image: a\n"}, 10 << 30, "10g"},
+		"set":        {map[string]string{"p.yaml": "image: a\nresources: {disk: 1.5g}\n"}, 1536 << 20, "1536m"},
+		"inherited":  {map[string]string{"p.yaml": "extends: base.yaml\nresources: {tmp: 2g}\n", "base.yaml": "image: a\nresources: {disk: 20g}\n"}, 20 << 30, "20g"},
+		"child wins": {map[string]string{"p.yaml": "extends: base.yaml\nresources: {disk: 2g}\n", "base.yaml": "image: a\nresources: {disk: 20g}\n"}, 2 << 30, "2g"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p, _ := resolve(t, tc.files, "p.yaml")
+			if p.Resources.Disk != tc.want || p.Resources.Disk.String() != tc.shown {
+				t.Errorf("disk %d (%s), want %d (%s)", p.Resources.Disk, p.Resources.Disk, tc.want, tc.shown)
+			}
+			if err := p.Check(profile.Limits{CPUs: 4, Memory: 8 << 30}); err != nil {
+				t.Errorf("Check: %v", err)
 			}
 		})
 	}

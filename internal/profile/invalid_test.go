@@ -325,6 +325,26 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "image: a\nresources: {tmp: 200g}\n",
 			want: []string{"2:18: resources.tmp: 200g is more than the maximum of 100g"},
 		},
+		"disk below minimum": {
+			yaml: "image: a\nresources: {disk: 512m}\n",
+			want: []string{"2:19: resources.disk: 512m is below the minimum of 1g"},
+		},
+		"disk zero": {
+			yaml: "image: a\nresources: {disk: \"0\"}\n",
+			want: []string{"2:19: resources.disk: 0 is below the minimum of 1g"},
+		},
+		"disk above maximum": {
+			yaml: "image: a\nresources: {disk: 101g}\n",
+			want: []string{"2:19: resources.disk: 101g is more than the maximum of 100g"},
+		},
+		"disk too large to be a number": {
+			yaml: "image: a\nresources: {disk: 99999999999999999999g}\n",
+			want: []string{`2:19: resources.disk: "99999999999999999999g" is not a size`},
+		},
+		"disk not a size": {
+			yaml: "image: a\nresources: {disk: ten}\n",
+			want: []string{`2:19: resources.disk: "ten" is not valid here (does not match the expected form)`},
+		},
 		"zero timeout": {
 			yaml: "image: a\nresources: {timeout: 0s}\n",
 			want: []string{`2:22: resources.timeout: "0s" is not a positive duration`},

@@ -134,6 +134,10 @@ type Resources struct {
 	Pids    int64   `yaml:"pids,omitempty"`
 	Tmp     string  `yaml:"tmp,omitempty"`
 	Timeout string  `yaml:"timeout,omitempty"`
+	// Disk caps what the sandbox writes to each place it can write (its
+	// writable layer, /tmp and HOME, the workspace and rw mounts, a
+	// changeset), in bytes.
+	Disk ByteSize `yaml:"disk,omitempty"`
 }
 
 type Security struct {

@@ -1,0 +1,226 @@
+package e2e
+
+// resources.disk against the real engine: what the sandbox writes past the
+// cap fails inside where the kernel or the engine's storage can say so
+// (/tmp and HOME, tmpfs; a writable layer on btrfs, on an engine of the
+// test's own), and elsewhere the launcher stops the sandbox (exit 122) with
+// a message naming the place, leaving the workspace as the sandbox left it
+// and a changeset reviewable. The cap is lowered for tests with
+// PROPIO_SANDBOX_TEST_DISK, so that a few tens of MB reach it.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
+)
+
+// diskCap is the tests' cap, and over is a write past it.
+const (
+	diskCap  = "64m"
+	diskOver = "100m"
+)
+
+// diskProbe is a probe image of this checkout's probe under a name of the
+// test's own, removed when it ends: other checkouts on the same engine may
+// rebuild the shared probe image without this probe's fill and hold.
+func diskProbe(t *testing.T, dockerfile ...string) string {
+	t.Helper()
+	bin := testenv.ProbeBinary(t)
+	dir := t.TempDir()
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "probe"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	df := "FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n" + strings.Join(dockerfile, "\n")
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	image := "propio-sandbox-e2e/probe-disk:" + randomID()
+	if out, err := docker("build", "-q", "-t", image, dir); err != nil {
+		t.Fatalf("building %s: %v\n%s", image, err, out)
+	}
+	t.Cleanup(func() { docker("rmi", "-f", image) })
+	return image
+}
+
+// diskSandbox is a sandbox whose disk cap is diskCap, running diskProbe.
+func diskSandbox(t *testing.T) (*sandbox, string) {
+	t.Helper()
+	s := newSandbox(t)
+	s.Env = append(s.Env, "PROPIO_SANDBOX_TEST_DISK="+diskCap)
+	return s, diskProbe(t)
+}
+
+// stoppedByCap fails the test unless the launcher stopped the sandbox for
+// writing more than the cap to where, soon, with exit 122 and its hint.
+func stoppedByCap(t *testing.T, r Result, where string, took time.Duration) {
+	t.Helper()
+	want := "propio-sandbox: error: the sandbox wrote more than PROPIO_SANDBOX_TEST_DISK (" + diskCap + ") to " + where + "; stopped"
+	if r.Code != 122 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "propio-sandbox: hint: ") {
+		t.Fatalf("want exit 122 and %q with a hint:\n%s", want, r)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the sandbox was stopped after %s: the watch should see it within seconds", took)
+	}
+}
+
+// /tmp and HOME are tmpfs of the cap (the smaller of resources.tmp and
+// resources.disk): a write past it fails inside with ENOSPC, a write under
+// it succeeds.
+func TestDiskTmpAndHome(t *testing.T) {
+	s, image := diskSandbox(t)
+	p := s.Profile("image: " + image + "\n" + probeOffline)
+	for _, dir := range []string{"/tmp", "/home/sandbox"} {
+		r := probeRun(s, p, "fs", "fill "+dir+"/under 32m", "fill "+dir+"/over "+diskOver)
+		if !strings.Contains(r.Stdout, "filled "+dir+"/under 33554432") {
+			t.Errorf("a write under the cap in %s did not succeed:\n%s", dir, r)
+		}
+		probeFails(t, r, "no space left on device")
+	}
+}
+
+// A writable layer on an engine whose storage cannot cap it (overlay2 on
+// ext4 here) is watched: the sandbox is stopped past the cap, with the
+// place named, and nothing of it is left behind; a file deleted but held
+// open counts too.
+func TestDiskWritableLayerWatched(t *testing.T) {
+	s, image := diskSandbox(t)
+	if out, _ := docker("info", "--format", "{{.Driver}}"); strings.TrimSpace(out) == "btrfs" || strings.TrimSpace(out) == "zfs" {
+		t.Skipf("the engine's storage (%s) caps writable layers itself: TestDiskWritableLayerQuota covers it", strings.TrimSpace(out))
+	}
+	p := s.Profile("image: " + image + "\n" + probeOffline)
+	start := time.Now()
+	r := probeRun(s, p, "fs", "fill /big "+diskOver, "sleep 60s")
+	stoppedByCap(t, r, "its writable layer", time.Since(start))
+
+	t.Run("held open", func(t *testing.T) {
+		start := time.Now()
+		r := probeRun(s, p, "fs", "hold /hidden "+diskOver, "sleep 60s")
+		stoppedByCap(t, r, "its writable layer", time.Since(start))
+	})
+}
+
+// An image that declares a VOLUME gets a volume of the engine's there,
+// which no storage option caps: it is watched, and the sandbox stopped past
+// the cap.
+func TestDiskImageVolume(t *testing.T) {
+	s, _ := diskSandbox(t)
+	image := diskProbe(t, "VOLUME /data")
+	p := s.Profile("image: " + image + "\n" + probeOffline + "user: root\n")
+	start := time.Now()
+	r := probeRun(s, p, "fs", "fill /data/big "+diskOver, "sleep 60s")
+	stoppedByCap(t, r, "its image's volumes", time.Since(start))
+}
+
+// An rw workspace is watched: past the cap the sandbox is stopped, and the
+// workspace keeps what it wrote before, intact; hiding what it wrote (a
+// file deleted but held open) does not get past the watch; the launcher's
+// own state is fine (the next run works, nothing is listed).
+func TestDiskWorkspaceWatched(t *testing.T) {
+	s, image := diskSandbox(t)
+	p := s.Profile("image: " + image + "\n" + probeOffline)
+	start := time.Now()
+	r := probeRun(s, p, "fs", "write before.txt written before the cap\n", "fill first 40m", "fill second 40m", "sleep 60s")
+	stoppedByCap(t, r, "the workspace", time.Since(start))
+	if b, err := os.ReadFile(filepath.Join(s.Workspace, "before.txt")); err != nil || string(b) != "written before the cap\n" {
+		t.Errorf("before.txt after the stop: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(s.Workspace, "first")); err != nil || fi.Size() != 40<<20 {
+		t.Errorf("the first fill, complete before the cap: %v, %v", fi, err)
+	}
+
+	t.Run("held open", func(t *testing.T) {
+		start := time.Now()
+		r := probeRun(s, p, "fs", "hold hidden "+diskOver, "sleep 60s")
+		stoppedByCap(t, r, "the workspace", time.Since(start))
+	})
+
+	if r := probeRun(s, p, "fs", "write after.txt fine\n"); r.Code != 0 || !strings.Contains(r.Stdout, "done 1") {
+		t.Errorf("a run after the stop (under the cap: the next run starts from a new baseline):\n%s", r)
+	}
+	if r := s.Run("", "ls"); r.Code != 0 || strings.Contains(r.Stdout, "propio-") {
+		t.Errorf("ls after the stops lists sandboxes:\n%s", r)
+	}
+}
+
+// A changeset stopped by the cap is sealed and reviewable, as after a
+// timeout: diff shows what the sandbox wrote before the stop; the
+// workspace is untouched.
+func TestDiskChangeset(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s, image := diskSandbox(t)
+			s.Env = append(s.Env, "PROPIO_SANDBOX_CHANGESET_MODE="+mode)
+			writeTree(t, s.Workspace, seed)
+			before := exactState(t, s.Workspace)
+			p := s.Profile("image: " + image + "\n" + probeOffline)
+			start := time.Now()
+			r := s.Run("", "run", "-p", p, "--changeset", "--", "fs", "write before-cap.txt kept\n", "fill big "+diskOver, "sleep 60s")
+			if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
+				t.Skip(r.Stderr)
+			}
+			stoppedByCap(t, r, "its changeset", time.Since(start))
+			m := changesetID.FindStringSubmatch(r.Stderr)
+			if m == nil {
+				t.Fatalf("no changeset after the stop:\n%s", r)
+			}
+			stat := cli(t, s, "diff", "--stat", m[1]).Stdout
+			if !strings.Contains(stat, "before-cap.txt") || !strings.Contains(stat, "big") {
+				t.Errorf("diff --stat after the stop lacks what was written:\n%s", stat)
+			}
+			if after := exactState(t, s.Workspace); treeHash(after) != treeHash(before) {
+				t.Errorf("the workspace changed:\n%s", treeDiff(before, after))
+			}
+		})
+	}
+}
+
+// A launcher that is not root cannot read the engine's directories: the
+// engine measures the writable layer (its size of it) and a copy's volume
+// (its disk usage) instead, at intervals, and the sandbox is stopped all
+// the same. Run as root, the test becomes uid 4243 with the engine
+// socket's group.
+func TestDiskNotRootLauncher(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to become another user")
+	}
+	const id = 4243
+	for _, tc := range []struct {
+		name, profile, where string
+		args                 []string
+	}{
+		// As root inside: the image's / is root's.
+		{"writable layer", "user: root\n", "its writable layer", []string{"fs", "fill /big " + diskOver, "sleep 60s"}},
+		{"copy", "", "its changeset", []string{"fs", "fill big " + diskOver, "sleep 60s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, image := diskSandbox(t)
+			s.Env = append(s.Env, "PROPIO_SANDBOX_CHANGESET_MODE=copy")
+			p := s.Profile("image: " + image + "\n" + probeOffline + tc.profile)
+			sockGID := isolationSocketGID(t)
+			bin := isolationUserLauncher(t, s, id)
+			os.Chmod(filepath.Dir(p), 0o755)
+			args := []string{"run", "-p", p}
+			if tc.name == "copy" {
+				args = append(args, "--changeset")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := s.Command(ctx, append(append(args, "--"), tc.args...)...)
+			cmd.Path, cmd.Args[0] = bin, bin
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{sockGID}}}
+			start := time.Now()
+			r := runCmd(t, ctx, cmd)
+			stoppedByCap(t, r, tc.where, time.Since(start))
+		})
+	}
+}
