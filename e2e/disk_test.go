@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // diskCap is the tests' cap, and over is a write past it.
@@ -26,21 +24,15 @@ const (
 	diskOver = "100m"
 )
 
-// diskProbe is a probe image of this checkout's probe under a name of the
-// test's own, removed when it ends: other checkouts on the same engine may
-// rebuild the shared probe image without this probe's fill and hold.
-func diskProbe(t *testing.T, dockerfile ...string) string {
+// diskProbe is the probe image, or, given Dockerfile lines, an image of
+// the test's own made from it with them (removed when the test ends).
+func diskProbe(t *testing.T, lines ...string) string {
 	t.Helper()
-	bin := testenv.ProbeBinary(t)
+	if len(lines) == 0 {
+		return ProbeImage
+	}
 	dir := t.TempDir()
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "probe"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	df := "FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n" + strings.Join(dockerfile, "\n")
+	df := "FROM " + ProbeImage + "\n" + strings.Join(lines, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +107,7 @@ func TestDiskWritableLayerWatched(t *testing.T) {
 func TestDiskImageVolume(t *testing.T) {
 	s, _ := diskSandbox(t)
 	image := diskProbe(t, "VOLUME /data")
-	p := s.Profile("image: " + image + "\n" + probeOffline + "user: root\n")
+	p := s.Profile("image: " + image + "\n" + probeOffline + "user: root\nunsafe: [root-user]\n")
 	start := time.Now()
 	r := probeRun(s, p, "fs", "fill /data/big "+diskOver, "sleep 60s")
 	stoppedByCap(t, r, "its image's volumes", time.Since(start))
@@ -199,7 +191,7 @@ func TestDiskNotRootLauncher(t *testing.T) {
 		args                 []string
 	}{
 		// As root inside: the image's / is root's.
-		{"writable layer", "user: root\n", "its writable layer", []string{"fs", "fill /big " + diskOver, "sleep 60s"}},
+		{"writable layer", "user: root\nunsafe: [root-user]\n", "its writable layer", []string{"fs", "fill /big " + diskOver, "sleep 60s"}},
 		{"copy", "", "its changeset", []string{"fs", "fill big " + diskOver, "sleep 60s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
