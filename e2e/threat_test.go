@@ -37,7 +37,8 @@ func TestThreatModelBuiltins(t *testing.T) {
 				t.Fatal(err)
 			}
 			isolationWriteFile(t, filepath.Join(s.Home, ".aws", "credentials"), "[default]\nkey = "+secret+"-aws\n")
-			s.Env = append(s.Env, "AWS_SECRET_ACCESS_KEY="+secret+"-env", "GITHUB_TOKEN="+secret+"-gh")
+			s.Env = append(s.Env, "AWS_SECRET_ACCESS_KEY="+secret+"-env", "GITHUB_TOKEN="+secret+"-gh",
+				"PROPIO_SANDBOX_TEST_DISK=64m") // the disk cap, lowered for the test
 
 			script := `
 echo "dotenv=[$(cat .env)]"
@@ -54,19 +55,23 @@ cp -r .git copy && printf '[core]\n\tfsmonitor = %s\n' "$2" > copy/config && ech
 cp /bin/true tool && chmod 4755 tool
 grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status | tr -s '\t' ' '
 python3 -c '
-import os, time
-n = 0
-while n < 500:
+import os, signal, time
+pids = []
+while len(pids) < 500:
     try:
         pid = os.fork()
     except OSError as e:
-        print("forks=%d stopped:" % n, e.strerror)
+        print("forks=%d stopped:" % len(pids), e.strerror)
         break
     if pid == 0:
         time.sleep(30)
         os._exit(0)
-    n += 1
+    pids.append(pid)
+for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 '
+echo "tmp=[$(head -c 100M /dev/zero 2>&1 > /tmp/fill)]"
 if [ "$3" = memory ]; then
   python3 -c 'b = bytearray(3 << 30); print("allocated")'
   echo "memory=$?"
@@ -90,6 +95,7 @@ echo done`
 				// No capability, none to gain, no privilege gain through setuid.
 				"CapEff: 0000000000000000", "CapBnd: 0000000000000000", "NoNewPrivs: 1",
 				"stopped: Resource temporarily unavailable", // resources.pids
+				"tmp=[head: error writing 'standard output': No space left on device]", // resources.disk
 			} {
 				if !strings.Contains(r.Stdout, want) {
 					t.Errorf("%s: want %q in:\n%s", name, want, r)
