@@ -893,12 +893,13 @@ func TestChangesetTimeout(t *testing.T) {
 // PROPIO_SANDBOX_MOUNTS, before anything is made.
 func TestChangesetMountInsideWorkspaceRefused(t *testing.T) {
 	s := changesetSandbox(t, "auto")
-	p := s.Profile(probeOffline + "mounts:\n  - {source: " + s.Home + ", target: /workspace/home}\n")
+	src := t.TempDir()
+	p := s.Profile(probeOffline + "mounts:\n  - {source: " + src + ", target: /workspace/home}\n")
 	r := s.Run("", "run", "-p", p, "--changeset", "--", "fs")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "mounts[0].target: /workspace/home is inside the workspace") || !strings.Contains(r.Stderr, "profile.yaml:") {
 		t.Errorf("a profile mount inside a changeset workspace:\n%s", r)
 	}
-	s.Env = append(s.Env, "PROPIO_SANDBOX_MOUNTS="+s.Home+":/workspace/home")
+	s.Env = append(s.Env, "PROPIO_SANDBOX_MOUNTS="+src+":/workspace/home")
 	r = s.Run("", "run", "-p", s.Profile(probeOffline), "--changeset", "--", "fs")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "PROPIO_SANDBOX_MOUNTS mounts /workspace/home inside the workspace") {
 		t.Errorf("an extra mount inside a changeset workspace:\n%s", r)
