@@ -94,7 +94,7 @@ echo done`
 				"rename=[mv: cannot move '.git' to '.git-moved': Device or resource busy]",
 				// No capability, none to gain, no privilege gain through setuid.
 				"CapEff: 0000000000000000", "CapBnd: 0000000000000000", "NoNewPrivs: 1",
-				"stopped: Resource temporarily unavailable", // resources.pids
+				"stopped: Resource temporarily unavailable",                            // resources.pids
 				"tmp=[head: error writing 'standard output': No space left on device]", // resources.disk
 			} {
 				if !strings.Contains(r.Stdout, want) {

@@ -190,8 +190,15 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			return err
 		}
 		defer func() {
-			if gerr := a.checkGuard(*plan, e.dirs); gerr != nil {
-				err = errors.Join(err, gerr)
+			gerr := a.checkGuard(*plan, e.dirs)
+			switch {
+			case gerr == nil:
+			case err == nil:
+				err = gerr
+			default:
+				// The run's own error (or the sandbox's exit code) stays
+				// the launcher's; this one is said all the same.
+				report(a.stderr, gerr)
 			}
 		}()
 		// The profile's own checks, each in a throwaway sandbox of it (where
