@@ -9,6 +9,8 @@ package e2e
 // PROPIO_SANDBOX_TEST_DISK, so that a few tens of MB reach it.
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -25,13 +27,25 @@ const (
 )
 
 // diskProbe is the probe image, or, given Dockerfile lines, an image of
-// the test's own made from it with them (removed when the test ends).
+// the test's own made from it with them (removed when the test ends). Its
+// build context has scratch.tar, a directory scratch/ that anyone may
+// write (ADD keeps its mode): a place in the writable layer where the
+// sandbox's user can write on any engine (Podman makes / itself 0555).
 func diskProbe(t *testing.T, lines ...string) string {
 	t.Helper()
 	if len(lines) == 0 {
 		return ProbeImage
 	}
 	dir := t.TempDir()
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "scratch/", Mode: 0o1777}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Close()
+	if err := os.WriteFile(filepath.Join(dir, "scratch.tar"), tarball.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	df := "FROM " + ProbeImage + "\n" + strings.Join(lines, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		t.Fatal(err)
@@ -85,18 +99,19 @@ func TestDiskTmpAndHome(t *testing.T) {
 // place named, and nothing of it is left behind; a file deleted but held
 // open counts too.
 func TestDiskWritableLayerWatched(t *testing.T) {
-	s, image := diskSandbox(t)
+	s, _ := diskSandbox(t)
 	if out, _ := docker("info", "--format", "{{.Driver}}"); strings.TrimSpace(out) == "btrfs" || strings.TrimSpace(out) == "zfs" {
 		t.Skipf("the engine's storage (%s) caps writable layers itself: TestDiskWritableLayerQuota covers it", strings.TrimSpace(out))
 	}
+	image := diskProbe(t, "ADD scratch.tar /")
 	p := s.Profile("image: " + image + "\n" + probeOffline)
 	start := time.Now()
-	r := probeRun(s, p, "fs", "fill /big "+diskOver, "sleep 60s")
+	r := probeRun(s, p, "fs", "fill /scratch/big "+diskOver, "sleep 60s")
 	stoppedByCap(t, r, "its writable layer", time.Since(start))
 
 	t.Run("held open", func(t *testing.T) {
 		start := time.Now()
-		r := probeRun(s, p, "fs", "hold /hidden "+diskOver, "sleep 60s")
+		r := probeRun(s, p, "fs", "hold /scratch/hidden "+diskOver, "sleep 60s")
 		stoppedByCap(t, r, "its writable layer", time.Since(start))
 	})
 }

@@ -417,17 +417,16 @@ func (w *sandboxProcs) pids(ctx context.Context) []int {
 	if want == "" {
 		return nil // gone, or not ours to look at
 	}
+	// Every process in the container's pid namespace, read from this
+	// host's /proc (the engine's top is no help: Podman's gives the pids
+	// inside the container).
 	out := []int{initPid}
-	top, err := w.e.cli.Client().ContainerTop(ctx, id, client.ContainerTopOptions{})
+	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return out
 	}
-	col := slices.Index(top.Titles, "PID")
-	for _, p := range top.Processes {
-		if col < 0 || col >= len(p) {
-			continue
-		}
-		if n, err := strconv.Atoi(p[col]); err == nil && n != initPid && ns(n) == want {
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n != initPid && ns(n) == want {
 			out = append(out, n)
 		}
 	}
