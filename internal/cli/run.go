@@ -210,6 +210,11 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		// kept only when the sandbox ran.
 		var cs *launchChangeset
 		if p.Changeset() {
+			if f.resume != "" {
+				// Resuming removes the sandbox of a killed launcher that
+				// still writes to the changeset, as gc does: not both at once.
+				<-gcDone
+			}
 			if cs, err = a.prepareChangeset(ctx, eng, e, p, f.resume); err != nil {
 				return err
 			}
