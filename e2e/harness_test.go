@@ -27,8 +27,9 @@ import (
 )
 
 // ProbeImage is the image every scenario runs: FROM scratch plus /probe;
-// requireEngine sets it to the tag testenv built.
-var ProbeImage string
+// requireEngine sets it to the tag testenv built (tests that need no engine
+// see a name only).
+var ProbeImage = testenv.ProbeImage
 
 var probeImageOnce sync.Once
 
