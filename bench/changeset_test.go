@@ -31,7 +31,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,16 +72,7 @@ func benchContent(n int) []byte {
 
 // TestChangesetBench runs with PROPIO_BENCH=1; PROPIO_BENCH_N sets the rounds (default 5).
 func TestChangesetBench(t *testing.T) {
-	if os.Getenv("PROPIO_BENCH") != "1" {
-		t.Skip("changeset benchmark: set PROPIO_BENCH=1 to run it (makes 200,000 files, about a minute)")
-	}
-	rounds := 5
-	if v := os.Getenv("PROPIO_BENCH_N"); v != "" {
-		var err error
-		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
-			t.Fatalf("PROPIO_BENCH_N=%q: want a positive number", v)
-		}
-	}
+	rounds := benchRounds(t, "changeset benchmark", "makes 200,000 files, about a minute", 5)
 	launcher := testenv.Launcher(t)
 	base := t.TempDir()
 	if real, err := filepath.EvalSymlinks(base); err == nil {

@@ -26,16 +26,7 @@ import (
 )
 
 func TestDiskWatchLaunch(t *testing.T) {
-	if os.Getenv("PROPIO_BENCH") != "1" {
-		t.Skip("disk watch benchmark: set PROPIO_BENCH=1 to run it (about a second per launch, 2*(N+3) launches)")
-	}
-	n := defaultN
-	if v := os.Getenv("PROPIO_BENCH_N"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("PROPIO_BENCH_N=%q: want a positive number", v)
-		}
-	}
+	n := benchRounds(t, "disk watch benchmark", "about a second per launch, 2*(N+3) launches", defaultN)
 	files := 20000
 	if v := os.Getenv("PROPIO_BENCH_FILES"); v != "" {
 		var err error

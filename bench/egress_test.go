@@ -71,15 +71,7 @@ const (
 )
 
 func TestEgress(t *testing.T) {
-	if os.Getenv("PROPIO_BENCH") != "1" {
-		t.Skip("egress benchmark: set PROPIO_BENCH=1 to run it (about two minutes)")
-	}
-	rounds := 10
-	if v := os.Getenv("PROPIO_BENCH_N"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			rounds = min(n, 50)
-		}
-	}
+	rounds := min(benchRounds(t, "egress benchmark", "about two minutes", 10), 50)
 	launcher := testenv.RequireEngine(t)
 	if testenv.EnginePodman(t) {
 		t.Skip("egress benchmark: the gateway forwards in the kernel on Docker only; Podman's relays in user space")

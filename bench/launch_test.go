@@ -46,16 +46,7 @@ func TestMain(m *testing.M) {
 // TestLaunchRatio measures PROPIO_BENCH_N (default 20) interleaved launches
 // of each arm and fails when the ratio of the medians exceeds Target.
 func TestLaunchRatio(t *testing.T) {
-	if os.Getenv("PROPIO_BENCH") != "1" {
-		t.Skip("launch benchmark: set PROPIO_BENCH=1 to run it (about a second per launch, 2*(N+3) launches)")
-	}
-	n := defaultN
-	if v := os.Getenv("PROPIO_BENCH_N"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			t.Fatalf("PROPIO_BENCH_N=%q: want a positive number", v)
-		}
-	}
+	n := benchRounds(t, "launch benchmark", "about a second per launch, 2*(N+3) launches", defaultN)
 	a := newArms(t)
 	a.warm(t)
 	var propio, docker []time.Duration
@@ -240,3 +231,21 @@ func mean(d []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchRounds skips t, saying what it is and what it costs, unless
+// PROPIO_BENCH=1; then it returns PROPIO_BENCH_N, or def when unset.
+func benchRounds(t *testing.T, what, cost string, def int) int {
+	t.Helper()
+	if os.Getenv("PROPIO_BENCH") != "1" {
+		t.Skipf("%s: set PROPIO_BENCH=1 to run it (%s)", what, cost)
+	}
+	v := os.Getenv("PROPIO_BENCH_N")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("PROPIO_BENCH_N=%q: want a positive number", v)
+	}
+	return n
+}
