@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/guard"
@@ -14,13 +15,54 @@ import (
 // was done, and forgets the plan. What could not be done is an error: a
 // file git would run may still be there.
 func (a *app) checkGuard(plan guard.Plan, dirs hostinfo.Dirs) error {
-	rep := plan.Check(dirs.QuarantineDir())
+	return a.reportCheck(plan, plan.Check(dirs.QuarantineDir()), dirs)
+}
+
+func (a *app) reportCheck(plan guard.Plan, rep guard.Report, dirs hostinfo.Dirs) error {
 	a.reportGuard(rep, dirs)
 	if err := rep.Err(); err != nil {
+		where := "the workspace"
+		if len(plan.Roots) > 0 {
+			where = plan.Roots[0].Source
+		}
 		return withHint(fmt.Errorf("checking what sandbox %s left: %w", plan.Project, err),
-			"do not run git in "+plan.Roots[0].Source+" before you have looked at what the errors name")
+			"do not run git in "+where+" before you have looked at what the errors name")
 	}
 	return guard.Done(dirs.GuardDir(), plan.Project)
+}
+
+// guardCheck is the end-of-run check of one launch, started as soon as the
+// sandbox's command has ended (its container has exited: nothing writes any
+// more), so that it runs while the engine removes the containers, or else
+// when the launch ends.
+type guardCheck struct {
+	plan  guard.Plan
+	dirs  hostinfo.Dirs
+	start sync.Once
+	done  chan struct{}
+	rep   guard.Report
+}
+
+func newGuardCheck(plan guard.Plan, dirs hostinfo.Dirs) *guardCheck {
+	return &guardCheck{plan: plan, dirs: dirs, done: make(chan struct{})}
+}
+
+// begin starts the check, once.
+func (g *guardCheck) begin() {
+	g.start.Do(func() {
+		go func() {
+			defer close(g.done)
+			g.rep = g.plan.Check(g.dirs.QuarantineDir())
+		}()
+	})
+}
+
+// finish waits for the check (starting it if need be), prints what it did,
+// and forgets the plan.
+func (a *app) finishGuard(g *guardCheck) error {
+	g.begin()
+	<-g.done
+	return a.reportCheck(g.plan, g.rep, g.dirs)
 }
 
 // reportGuard prints what the guard did, one warning a path.

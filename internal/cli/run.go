@@ -189,8 +189,9 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		if err := plan.Prepare(e.dirs.GuardDir(), o.Project, time.Now()); err != nil {
 			return err
 		}
+		check := newGuardCheck(*plan, e.dirs)
 		defer func() {
-			gerr := a.checkGuard(*plan, e.dirs)
+			gerr := a.finishGuard(check)
 			switch {
 			case gerr == nil:
 			case err == nil:
@@ -256,7 +257,10 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				// The image check of preflight has just looked.
 				ImageChecked: true,
 				Copies:       cs.volumeCopies(),
-				Ran:          func() { ran = true },
+				Ran: func() {
+					ran = true
+					check.begin() // while the engine removes the containers
+				},
 			})
 			// Another launcher took the same network at the same moment:
 			// number it again and retry.
