@@ -92,7 +92,7 @@ func (a *app) sweepApplied(c *changeset.Changeset, since time.Time) error {
 	}
 	var errs []error
 	for _, m := range c.Mounts {
-		rep := guard.Sweep(guard.Root{Name: m.Name, Source: m.Source, Target: m.Target}, since, dirs.QuarantineDir(), c.ID)
+		rep := guard.Sweep(guard.Root{Name: m.Name, Source: m.Source}, since, dirs.QuarantineDir(), c.ID)
 		a.reportGuard(rep, dirs)
 		errs = append(errs, rep.Err())
 	}

@@ -69,11 +69,10 @@ type stat struct {
 	ino   uint64
 	nlink uint64
 	ctime time.Time
-	size  int64
 }
 
 func fromUnix(st *unix.Stat_t) stat {
-	s := stat{dev: uint64(st.Dev), ino: uint64(st.Ino), nlink: uint64(st.Nlink), ctime: time.Unix(st.Ctim.Unix()), size: st.Size}
+	s := stat{dev: uint64(st.Dev), ino: uint64(st.Ino), nlink: uint64(st.Nlink), ctime: time.Unix(st.Ctim.Unix())}
 	s.mode = fs.FileMode(st.Mode & 0o777)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:

@@ -45,8 +45,6 @@ type Root struct {
 	Name string `json:"name"`
 	// Source is the host directory, absolute, links resolved.
 	Source string `json:"source"`
-	// Target is where the sandbox sees it.
-	Target string `json:"target"`
 	// Changeset: the sandbox writes to a changeset of it, not to it; the
 	// surface is still mounted read-only over the changeset, and what an
 	// apply writes is checked by Sweep.

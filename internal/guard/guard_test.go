@@ -64,7 +64,7 @@ func TestScan(t *testing.T) {
 		git(t, ws, "config", "include.path", "../shared.gitconfig")
 		git(t, ws, "config", "includeIf.gitdir:/x/.path", "../missing.gitconfig")
 		git(t, ws, "config", "core.hooksPath", ".husky/_")
-		plan := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}})
+		plan := Scan([]Root{{Name: "workspace", Source: ws}})
 		rp := plan.Roots[0]
 		if rp.GitDir != ".git" {
 			t.Fatalf("git dir %q", rp.GitDir)
@@ -104,7 +104,7 @@ func TestScan(t *testing.T) {
 		for _, f := range []string{".pre-commit-config.yaml", "ci/pre-commit.yaml", "lefthook.yml", ".lefthook/pre-push/x.sh"} {
 			write(t, filepath.Join(ws, f), "x")
 		}
-		rp := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}}).Roots[0]
+		rp := Scan([]Root{{Name: "workspace", Source: ws}}).Roots[0]
 		for _, want := range []string{".pre-commit-config.yaml", "ci/pre-commit.yaml", "lefthook.yml", ".lefthook"} {
 			if !slices.Contains(rp.ReadOnly, want) {
 				t.Errorf("%s is not read-only: %q", want, rp.ReadOnly)
@@ -119,7 +119,7 @@ func TestScan(t *testing.T) {
 		if err := os.Symlink(outside, filepath.Join(ws, ".git")); err != nil {
 			t.Fatal(err)
 		}
-		plan := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}})
+		plan := Scan([]Root{{Name: "workspace", Source: ws}})
 		if m := plan.Paths(); len(m) != 0 {
 			t.Fatalf("mounts through a link: %+v", m)
 		}
@@ -137,7 +137,7 @@ func TestScan(t *testing.T) {
 			t.Fatal(err)
 		}
 		write(t, filepath.Join(ws, "wt", ".git"), "gitdir: ../main/.git\n")
-		plan := Scan([]Root{{Name: "workspace", Source: filepath.Join(ws, "wt"), Target: "/w"}, {Name: "mount-0", Source: filepath.Join(ws, "main"), Target: "/m"}})
+		plan := Scan([]Root{{Name: "workspace", Source: filepath.Join(ws, "wt")}, {Name: "mount-0", Source: filepath.Join(ws, "main")}})
 		if rp := plan.Roots[0]; rp.GitFile != ".git" || rp.GitDir != "" {
 			t.Fatalf("a gitfile leading out of its root: %+v", rp)
 		}
@@ -159,7 +159,7 @@ func TestCheckHostGit(t *testing.T) {
 	repo(t, ws)
 	marker := filepath.Join(t.TempDir(), "ran")
 	payload := "touch " + marker
-	plan := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}})
+	plan := Scan([]Root{{Name: "workspace", Source: ws}})
 	state := t.TempDir()
 	if err := plan.Prepare(filepath.Join(state, "guard"), "p2", time.Now()); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestCheckLinked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	plan := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}})
+	plan := Scan([]Root{{Name: "workspace", Source: ws}})
 	if l := plan.Roots[0].Linked; !slices.Equal(l, []string{".git/config", ".git/hooks/pre-commit"}) {
 		t.Fatalf("linked %q", l)
 	}
@@ -266,7 +266,7 @@ func TestCheckKeepsWork(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	repo(t, ws)
-	plan := Scan([]Root{{Name: "workspace", Source: ws, Target: "/workspace"}})
+	plan := Scan([]Root{{Name: "workspace", Source: ws}})
 	if err := plan.Prepare(t.TempDir(), "p3", time.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -333,7 +333,7 @@ func emptyFile(dir string) (string, error) {
 // (sources that exist, links resolved), and the launch's rw extra mounts.
 func GuardRoots(p *profile.Profile, h generator.Host) []guard.Root {
 	var roots []guard.Root
-	add := func(name, src, target, mode string) {
+	add := func(name, src, mode string) {
 		if mode != profile.ModeRW && mode != profile.ModeChangeset {
 			return
 		}
@@ -343,15 +343,15 @@ func GuardRoots(p *profile.Profile, h generator.Host) []guard.Root {
 		if st, err := os.Stat(src); err != nil || !st.IsDir() {
 			return
 		}
-		roots = append(roots, guard.Root{Name: name, Source: src, Target: path.Clean(target), Changeset: mode == profile.ModeChangeset})
+		roots = append(roots, guard.Root{Name: name, Source: src, Changeset: mode == profile.ModeChangeset})
 	}
-	add(generator.WorkspaceMount, h.Workspace, p.Workspace.Target, p.Workspace.Mode)
+	add(generator.WorkspaceMount, h.Workspace, p.Workspace.Mode)
 	for i, m := range p.Mounts {
-		add("mount-"+strconv.Itoa(i), generator.MountSource(m, h), profile.Expand(m.Target, h.Vars()), m.Mode)
+		add("mount-"+strconv.Itoa(i), generator.MountSource(m, h), m.Mode)
 	}
 	for i, m := range h.ExtraMounts {
 		if !m.ReadOnly {
-			add("extra-"+strconv.Itoa(i), m.Source, m.Target, profile.ModeRW)
+			add("extra-"+strconv.Itoa(i), m.Source, profile.ModeRW)
 		}
 	}
 	return roots
