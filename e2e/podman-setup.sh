@@ -164,7 +164,9 @@ else
 	[ -S "$SOCKET" ] && { say "removing the stale socket $SOCKET"; rm -f "$SOCKET"; }
 	mkdir -p "$RUNDIR"
 	say "starting podman system service on unix://$SOCKET (log $LOGFILE)"
-	setsid nohup podman system service --time=0 "unix://$SOCKET" >"$LOGFILE" 2>&1 </dev/null &
+	# From /: Podman's conmon leaves files in the service's working directory
+	# (an "oom" file when a container is killed for memory).
+	setsid nohup sh -c 'cd / && exec podman system service --time=0 "unix://$1"' sh "$SOCKET" >"$LOGFILE" 2>&1 </dev/null &
 	echo $! >"$PIDFILE"
 	for ((i = 0; i < TIMEOUT * 10; i++)); do
 		answers && break

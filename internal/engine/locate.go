@@ -155,6 +155,9 @@ func startPodmanService(ctx context.Context, sock string) (Location, error) {
 		}
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl+C for the sandbox is not for the service
+	// Not in the workspace: Podman's conmon leaves files in its working
+	// directory (an "oom" file when a container is killed for memory).
+	cmd.Dir = "/"
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
