@@ -73,16 +73,11 @@ func (p Paths) InWorkspace(workspace string) bool {
 	ctx, _ := fsutil.Resolve(p.Context)
 	df, _ := fsutil.Resolve(p.Dockerfile)
 	for _, c := range []string{filepath.Clean(p.Context), ctx} {
-		if within(workspace, c) || within(c, workspace) {
+		if fsutil.Within(workspace, c) || fsutil.Within(c, workspace) {
 			return true
 		}
 	}
-	return within(workspace, filepath.Clean(p.Dockerfile)) || within(workspace, df)
-}
-
-func within(dir, path string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	return fsutil.Within(workspace, filepath.Clean(p.Dockerfile)) || fsutil.Within(workspace, df)
 }
 
 // Collect reads the build's inputs as they are now. A Dockerfile or
@@ -131,7 +126,7 @@ func copied(realCtx, path string) (state string, record bool, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		// A part of its path may be a link out of the context.
-		if r, _ := fsutil.Resolve(path); !within(realCtx, r) {
+		if r, _ := fsutil.Resolve(path); !fsutil.Within(realCtx, r) {
 			return "outside the context", true, nil
 		}
 		return "absent", true, nil
@@ -147,7 +142,7 @@ func copied(realCtx, path string) (state string, record bool, err error) {
 		state = "symlink:" + target
 		rst, err := os.Stat(r)
 		switch {
-		case err != nil || !within(realCtx, r):
+		case err != nil || !fsutil.Within(realCtx, r):
 			return state, true, nil
 		case rst.IsDir():
 			return state, true, nil
@@ -161,7 +156,7 @@ func copied(realCtx, path string) (state string, record bool, err error) {
 		}
 		return state + " " + sum, true, nil
 	}
-	if !within(realCtx, r) {
+	if !fsutil.Within(realCtx, r) {
 		return "outside the context", true, nil // a directory of its path is a link out
 	}
 	if st.IsDir() {

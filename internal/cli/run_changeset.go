@@ -18,6 +18,7 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/changeset"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
@@ -124,14 +125,14 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 		}
 		ws := filepath.Clean(p.Workspace.Target)
 		for _, m := range extra {
-			if m.Target != ws && within(m.Target, ws) {
+			if m.Target != ws && fsutil.Within(ws, m.Target) {
 				return nil, withHint(fmt.Errorf("%s mounts %s inside the workspace (%s), whose mode is changeset: its mount point would become part of the changeset", hostinfo.EnvMounts, m.Target, ws),
 					"mount it outside "+ws+", or run without --changeset")
 			}
 		}
 	}
 	for _, m := range mounts {
-		if within(store.Dir, m.Source) || within(m.Source, store.Dir) {
+		if fsutil.Within(m.Source, store.Dir) || fsutil.Within(store.Dir, m.Source) {
 			return nil, withHint(fmt.Errorf("%s and the changeset store %s are one inside the other: a changeset of it would hold itself", m.Source, store.Dir),
 				"keep XDG_STATE_HOME outside the directories in changeset mode")
 		}
@@ -246,12 +247,6 @@ func chooseMode(want string, capable bool, why string, paths []string) (changese
 		return changeset.ModeOverlay, "", nil
 	}
 	return changeset.ModeCopy, why, nil
-}
-
-// within reports whether path is dir or below it.
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // sameMounts tells why a changeset's mounts differ from the profile's, if

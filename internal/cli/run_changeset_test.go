@@ -99,21 +99,3 @@ func TestSettleRacyMtimes(t *testing.T) {
 		t.Errorf("old: mtime %v, want it left at %v", got, old.Truncate(time.Second))
 	}
 }
-
-func TestWithin(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		path, dir string
-		want      bool
-	}{
-		{"/home/me/.local/state/propio-sandbox/changesets", "/home/me", true},
-		{"/home/me", "/home/me", true},
-		{"/home/me2", "/home/me", false},
-		{"/home", "/home/me", false},
-		{"/home/me/..x", "/home/me", true},
-	} {
-		if got := within(c.path, c.dir); got != c.want {
-			t.Errorf("within(%q, %q) = %v, want %v", c.path, c.dir, got, c.want)
-		}
-	}
-}

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // InodeCharge is what each file and directory counts for besides its
@@ -81,7 +83,7 @@ func Disjoint(roots []string) []string {
 		inside := false
 		for j, o := range roots {
 			o = filepath.Clean(o)
-			if i != j && (within(o, r) && (o != r || j < i)) {
+			if i != j && (fsutil.Within(o, r) && (o != r || j < i)) {
 				inside = true
 				break
 			}
@@ -91,11 +93,6 @@ func Disjoint(roots []string) []string {
 		}
 	}
 	return out
-}
-
-func within(dir, p string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && (len(rel) < 3 || rel[:3] != "../")
 }
 
 type walker struct {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // WriteFileAtomic writes data to a temporary file beside path and renames it
@@ -55,4 +56,21 @@ func WriteFileIfChanged(path string, data []byte, perm fs.FileMode) error {
 		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
 	return WriteFileAtomic(path, data, perm)
+}
+
+// Rel returns path relative to dir, with forward slashes, and whether path
+// is dir or below it ("." for dir itself). Both are taken as written: no
+// link is resolved.
+func Rel(dir, path string) (string, bool) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	return filepath.ToSlash(rel), true
+}
+
+// Within reports whether path is dir or below it (see Rel).
+func Within(dir, path string) bool {
+	_, ok := Rel(dir, path)
+	return ok
 }

@@ -31,3 +31,23 @@ func TestWriteFileIfChanged(t *testing.T) {
 		t.Errorf("mode %v", st.Mode())
 	}
 }
+
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		dir, path string
+		rel       string
+		want      bool
+	}{
+		{"/home/me", "/home/me/.local/state/propio-sandbox/changesets", ".local/state/propio-sandbox/changesets", true},
+		{"/home/me", "/home/me", ".", true},
+		{"/home/me", "/home/me2", "", false},
+		{"/home/me", "/home", "", false},
+		{"/home/me", "/home/me/..x", "..x", true},
+	} {
+		rel, ok := Rel(c.dir, c.path)
+		if ok != c.want || rel != c.rel || Within(c.dir, c.path) != c.want {
+			t.Errorf("Rel(%q, %q) = %q, %v; want %q, %v", c.dir, c.path, rel, ok, c.rel, c.want)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // Item is one thing Check did to what the sandbox left.
@@ -322,11 +324,11 @@ func (c *checker) commondir(r Root, rel string) (string, bool) {
 	} else {
 		abs = filepath.Join(r.Source, path.Dir(rel), target)
 	}
-	in, err := filepath.Rel(r.Source, abs)
-	if err != nil || in == ".." || strings.HasPrefix(in, "../") {
+	in, ok := fsutil.Rel(r.Source, abs)
+	if !ok {
 		return " (" + target + ", outside)", false
 	}
-	return "", isGitDir(r.Source, filepath.ToSlash(in))
+	return "", isGitDir(r.Source, in)
 }
 
 // config keeps a changed configuration's safe settings: the original goes

@@ -336,11 +336,7 @@ func (rp *RootPlan) inside(dir, p string) (string, bool) {
 	} else {
 		abs = filepath.Join(rp.Source, dir, p)
 	}
-	rel, err := filepath.Rel(rp.Source, abs)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", false
-	}
-	return filepath.ToSlash(rel), true
+	return fsutil.Rel(rp.Source, abs)
 }
 
 // addFile protects a path the configuration names: read-only when it
@@ -499,11 +495,8 @@ func gitFileTarget(root, rel string) (dir string, ok bool) {
 	} else {
 		abs = filepath.Join(root, path.Dir(rel), target)
 	}
-	r, err := filepath.Rel(root, abs)
-	if err != nil || r == ".." || strings.HasPrefix(r, "../") {
-		return "", true
-	}
-	return filepath.ToSlash(r), true
+	r, _ := fsutil.Rel(root, abs) // "" when it leads out
+	return r, true
 }
 
 // modules finds the submodules' git directories below gd/modules.

@@ -19,6 +19,7 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/buildinputs"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sshagent"
 )
@@ -169,7 +170,7 @@ func (c *checker) workspace(ctx context.Context) Result {
 	if c.infoErr != nil {
 		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
 	}
-	if d := c.info.DataDir; d != "" && within(filepath.Clean(d), ws) {
+	if d := c.info.DataDir; d != "" && fsutil.Within(filepath.Clean(d), ws) {
 		return fail(fmt.Sprintf("the workspace %s is in the engine's data directory %s", ws, d), "run "+command+" in a project directory outside "+d)
 	}
 	return pass(ws + " is a directory the sandbox may have")
@@ -182,12 +183,6 @@ func samePath(a, b string) bool {
 	ra, err1 := filepath.EvalSymlinks(a)
 	rb, err2 := filepath.EvalSymlinks(b)
 	return err1 == nil && err2 == nil && ra == rb
-}
-
-// within reports whether path is dir or below it.
-func within(dir, path string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 func (c *checker) trust(context.Context) Result {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // Names of the grants that undo the sandbox, as `unsafe` names them. Each
@@ -137,7 +139,7 @@ func (h GrantHost) Dangers(source string) []Danger {
 		switch {
 		case r == rs || source == filepath.Clean(sock) || (exists && h.SameFile != nil && h.SameFile(r, rs)):
 			out = append(out, Danger{UnsafeDockerSocket, shown + " is the engine's socket: the sandbox controls the engine, and so the host"})
-		case exists && within(r, rs):
+		case exists && fsutil.Within(r, rs):
 			out = append(out, Danger{UnsafeDockerSocket, fmt.Sprintf("%s contains the engine's socket %s: the sandbox controls the engine, and so the host", shown, rs)})
 		default:
 			continue
@@ -151,7 +153,7 @@ func (h GrantHost) Dangers(source string) []Danger {
 	switch {
 	case r == home:
 		return append(out, Danger{UnsafeHome, shown + " is your home directory: the sandbox sees all of it, your keys and credentials among it"})
-	case within(r, home):
+	case fsutil.Within(r, home):
 		return append(out, Danger{UnsafeHome, fmt.Sprintf("%s contains your home directory %s: the sandbox sees all of it, your keys and credentials among it", shown, home)})
 	}
 	for _, c := range []struct {
@@ -167,9 +169,9 @@ func (h GrantHost) Dangers(source string) []Danger {
 		for _, f := range c.files {
 			rc, exists := h.resolve(filepath.Join(h.Home, f))
 			switch {
-			case within(rc, r):
+			case fsutil.Within(rc, r):
 				in = append(in, "~/"+f)
-			case exists && within(r, rc):
+			case exists && fsutil.Within(r, rc):
 				holds = append(holds, "~/"+f)
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/propio/propio-sandbox/internal/fsutil"
 )
@@ -51,12 +50,7 @@ func NeedsTrust(p *Profile, workspace string) bool {
 // in the workspace to a file elsewhere is the workspace's, and so is a file
 // of the workspace named through a link to it.
 func inWorkspace(workspace, path, real string) bool {
-	return workspace != "" && (path != "" && within(workspace, path) || real != "" && within(workspace, real))
-}
-
-func within(dir, path string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	return workspace != "" && (path != "" && fsutil.Within(workspace, path) || real != "" && fsutil.Within(workspace, real))
 }
 
 // digest is the hash of the whole chain: every file and its content. A file
