@@ -45,9 +45,13 @@ func TestLayering(t *testing.T) {
 		module + "/profiles":          {module + "/"},
 		module + "/templates":         {module + "/"},
 		module + "/internal/hostinfo": {module + "/internal/cli", "github.com/docker/compose"},
-		// diskcap measures host file systems; the engine tells it where.
+		// diskcap measures host file systems; the engine tells it where. It
+		// may use fsutil, the leaf that opens host files safely, and nothing
+		// else of ours.
 		module + "/internal/diskcap": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
 	}
+	// Leaves any package may use whatever its rule says about the module.
+	leaves := map[string]bool{module + "/internal/fsutil": true}
 	for path, bad := range forbidden {
 		p, ok := pkgs[path]
 		if !ok {
@@ -55,6 +59,9 @@ func TestLayering(t *testing.T) {
 			continue
 		}
 		for _, dep := range p.Deps {
+			if leaves[dep] {
+				continue
+			}
 			for _, b := range bad {
 				if dep == b || strings.HasPrefix(dep, b+"/") || (strings.HasSuffix(b, "/") && strings.HasPrefix(dep, b)) {
 					t.Errorf("%s must not depend on %s (it does, through %s)", path, b, dep)
