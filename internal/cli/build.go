@@ -35,7 +35,7 @@ func newBuild(a *app) *cobra.Command {
 			}
 			err = a.withEngineOf(p.Engine, func(ctx context.Context, eng *engine.Engine) error {
 				fmt.Fprintf(a.stderr, "%s: building %s from %s\n", name, p.Image, project.Services[generator.Service].Build.Context)
-				return eng.Build(ctx, project)
+				return eng.Build(ctx, project, generator.Service)
 			})
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 )
 
 // checkSkips validates --skip-checks: only declared checks can be skipped,
@@ -83,9 +84,9 @@ func (a *app) declaredCheck(ctx context.Context, eng *engine.Engine, e env, p *p
 	if err != nil {
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}
 	}
-	code, err := capture.Run(ctx, project, engine.RunOptions{Timeout: timeout, ImageChecked: true})
+	code, err := sandbox.Run(ctx, capture, project, sandbox.RunOptions{Timeout: timeout, ImageChecked: true})
 	switch {
-	case errors.Is(err, engine.ErrTimeout):
+	case errors.Is(err, sandbox.ErrTimeout):
 		return preflight.Result{Name: c.Name, Reason: fmt.Sprintf("%v did not finish within %s%s", c.Run, timeout, tail(out.String())), Hints: hints}
 	case err != nil:
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -65,7 +66,7 @@ func newGC(a *app) *cobra.Command {
 			}
 			var removed []string
 			err = a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
-				removed, err = eng.GC(ctx)
+				removed, err = sandbox.GC(ctx, eng)
 				// What those sandboxes left, judged now that they are gone.
 				return errors.Join(err, a.checkPending(ctx, eng, dirs))
 			})

@@ -26,6 +26,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/propio/propio-sandbox/internal/sshagent"
 	"github.com/spf13/cobra"
 )
@@ -145,7 +146,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		var gcErr error
 		go func() {
 			defer close(gcDone)
-			removed, gcErr = eng.GC(ctx)
+			removed, gcErr = sandbox.GC(ctx, eng)
 		}()
 		defer func() {
 			<-gcDone
@@ -249,7 +250,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 					return err
 				}
 			}
-			code, err = eng.Run(ctx, project, engine.RunOptions{
+			code, err = sandbox.Run(ctx, eng, project, sandbox.RunOptions{
 				TTY:         isTerminal(a.stdin) && isTerminal(a.stdout),
 				Interactive: true,
 				Timeout:     timeout,
@@ -271,7 +272,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			o.Project = generator.ProjectName(e.workspace, runID())
 		}
 		if ran && cs != nil {
-			if serr := cs.finish(a.stderr, errors.Is(err, engine.ErrCopyOut)); serr != nil {
+			if serr := cs.finish(a.stderr, errors.Is(err, sandbox.ErrCopyOut)); serr != nil {
 				err = errors.Join(err, serr)
 			}
 		}
@@ -502,7 +503,7 @@ func engineHint(err error, p *profile.Profile, ref string, kind ...string) error
 		return withHint(err, "add your user to the docker group (sudo usermod -aG docker $USER), then log out and back in")
 	case errors.Is(err, engine.ErrEngineTooOld):
 		return withHint(err, "upgrade Docker Engine to 20.10 or newer")
-	case errors.Is(err, engine.ErrImageMissing) && p != nil:
+	case errors.Is(err, sandbox.ErrImageMissing) && p != nil:
 		pflag := ""
 		if ref != "" {
 			pflag = " -p " + ref

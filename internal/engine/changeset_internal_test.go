@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
@@ -67,12 +68,12 @@ func TestCopyRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Remove(ctx, name)
-	if err := eng.copyIn(ctx, testenv.ProbeImage, labels, name, src); err != nil {
+	if err := eng.CopyIn(ctx, backend.Volume{Name: name, Image: testenv.ProbeImage, Labels: labels}, src); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "tree")
 	must(t, os.Mkdir(out, 0o700))
-	if err := eng.copyOut(ctx, testenv.ProbeImage, labels, name, out); err != nil {
+	if err := eng.CopyOut(ctx, backend.Volume{Name: name, Image: testenv.ProbeImage, Labels: labels}, out); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Chmod(filepath.Join(out, "ro"), 0o755) })

@@ -26,6 +26,7 @@ import (
 	"github.com/docker/compose/v5/pkg/api"
 	"github.com/docker/compose/v5/pkg/compose"
 	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/internal/backend"
 )
 
 // MinAPIVersion is the oldest engine API propio-sandbox runs on: Docker Engine 20.10.
@@ -40,12 +41,9 @@ var (
 	ErrEngineNotRunning = errors.New("the container engine is not running")
 	ErrPermission       = errors.New("permission denied on the engine socket")
 	ErrEngineTooOld     = errors.New("the container engine is too old")
-	ErrImageMissing     = errors.New("image not found on the engine")
-	ErrTimeout          = errors.New("the sandbox ran out of time")
-	ErrInterrupted      = errors.New("interrupted")
 	// ErrSubnetTaken: the sandbox network's subnet was taken by another
 	// network between choosing it and creating it.
-	ErrSubnetTaken = errors.New("the sandbox network's subnet is taken")
+	ErrSubnetTaken = backend.ErrSubnetTaken
 )
 
 // Streams are the launcher's terminal or pipes.

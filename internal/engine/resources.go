@@ -5,16 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 )
 
 // Remove deletes every container, network and volume labelled with the
@@ -96,16 +95,7 @@ func (e *Engine) waitGone(ctx context.Context, filters client.Filters) error {
 }
 
 // Sandbox is one sandbox the engine knows of, from its labels.
-type Sandbox struct {
-	Project   string    `json:"project"`
-	Workspace string    `json:"workspace"`
-	Profile   string    `json:"profile"`
-	PID       int       `json:"launcher_pid"`
-	Host      string    `json:"launcher_host"`
-	Alive     bool      `json:"launcher_alive"` // the launcher process still runs (on this host)
-	State     string    `json:"state"`          // of its container, or "leftover" when only networks remain
-	Created   time.Time `json:"created"`
-}
+type Sandbox = backend.Sandbox
 
 // List returns the sandboxes on the engine, oldest first.
 func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
@@ -162,43 +152,6 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
-// GC removes the sandboxes whose launcher is gone (killed, so it could not
-// clean up). Sandboxes of live launchers, and of other hosts, are left alone.
-// It returns the projects it removed.
-func (e *Engine) GC(ctx context.Context) ([]string, error) {
-	list, err := e.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, s := range list {
-		if s.Alive || !sameHost(s.Host) {
-			continue
-		}
-		if err := e.Remove(ctx, s.Project); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, s.Project)
-	}
-	return removed, errors.Join(errs...)
-}
-
-func sameHost(host string) bool {
-	h, _ := os.Hostname()
-	return host == h
-}
-
 // LauncherAlive reports whether the launcher pid still runs on this host. On
 // another host it cannot tell, and says alive so that nothing is removed.
-func LauncherAlive(pid int, host string) bool {
-	if !sameHost(host) {
-		return true
-	}
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
+func LauncherAlive(pid int, host string) bool { return backend.LauncherAlive(pid, host) }
