@@ -49,6 +49,12 @@ func TestLayering(t *testing.T) {
 		// may use fsutil, the leaf that opens host files safely, and nothing
 		// else of ours.
 		module + "/internal/diskcap": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// backend is the contract between a launch and an engine: the
+		// engine implements it, the launch drives it, and it depends on
+		// neither, nor on anything else of ours.
+		module + "/internal/backend": {module + "/"},
+		// The launch is below the CLI.
+		module + "/internal/sandbox": {module + "/internal/cli"},
 	}
 	// Leaves any package may use whatever its rule says about the module.
 	leaves := map[string]bool{module + "/internal/fsutil": true}
