@@ -1,6 +1,9 @@
 // Package engine is the only package that talks to a container engine. It
 // runs a generated Compose project through the Docker Compose Go SDK, in
 // process: only an engine socket is needed, no compose plugin or docker CLI.
+// *Engine is the backend.Runtime of Docker and Podman: the steps of a run
+// (create, run, kill, remove, copy, plan the disk cap) and the facts that
+// tell the two apart; the run's lifecycle over them is internal/sandbox's.
 //
 // It never reads profiles and never prints: errors are returned, wrapping the
 // sentinels below so that the command line can add what to do about them.

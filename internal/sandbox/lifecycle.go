@@ -116,14 +116,15 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 	if err := r.ensureImages(ctx, svc); err != nil {
 		return 0, err
 	}
-	if err := r.fillVolumes(ctx, svc); err != nil {
+	uppers, err := r.fillVolumes(ctx, svc)
+	if err != nil {
 		return 0, err
 	}
 	// The disk cap: a storage option where the engine enforces it, and
 	// the launcher's watch on the rest, for as long as the sandbox runs.
 	var plan *backend.DiskPlan
 	if limit := generator.DiskCap(svc); limit > 0 {
-		if plan, err = rt.PlanDisk(ctx, project, backend.DiskRequest{Service: generator.Service, Cap: limit, OverlayUppers: r.uppers}); err != nil {
+		if plan, err = rt.PlanDisk(ctx, project, backend.DiskRequest{Service: generator.Service, Cap: limit, OverlayUppers: uppers}); err != nil {
 			return 0, err
 		}
 		if plan.StorageOpt != "" {
@@ -159,16 +160,22 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 	w.stop()
 	// The Runtime may have reset the process's handlers: ours must be armed.
 	r.sigs.Notify(r.sigc)
-	over := w.over.Load()
-	if err == nil || timedOut.Load() || over != nil {
-		if o.Ran != nil {
-			o.Ran()
+	return r.outcome(code, err, svc, timedOut.Load(), w.over.Load())
+}
+
+// outcome copies back what the sandbox wrote, when its command ran, and
+// says how the run ended: the command's exit code, or the launcher's
+// reason to stop it.
+func (r *run) outcome(code int, err error, svc types.ServiceConfig, timedOut bool, over *backend.DiskCapError) (int, error) {
+	if err == nil || timedOut || over != nil {
+		if r.o.Ran != nil {
+			r.o.Ran()
 		}
 		if cerrs := r.copyBack(svc); len(cerrs) > 0 {
 			switch {
 			case over != nil:
 				code, err = backend.ExitDiskCap, over
-			case timedOut.Load():
+			case timedOut:
 				code = 124
 			}
 			return code, errors.Join(append([]error{err}, cerrs...)...)
@@ -177,15 +184,15 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 	switch {
 	case over != nil:
 		return backend.ExitDiskCap, over
-	case timedOut.Load():
-		return 124, fmt.Errorf("stopped after %s: %w", o.Timeout, ErrTimeout)
+	case timedOut:
+		return 124, fmt.Errorf("stopped after %s: %w", r.o.Timeout, ErrTimeout)
 	case err != nil && r.interrupted() != nil:
 		s := r.interrupted()
 		return 128 + int(s.(syscall.Signal)), fmt.Errorf("%w by %v while starting", ErrInterrupted, s)
 	case err != nil && errors.Is(err, backend.ErrSubnetTaken):
-		return 0, fmt.Errorf("running sandbox %s: %w: %v", project.Name, backend.ErrSubnetTaken, err)
+		return 0, fmt.Errorf("running sandbox %s: %w: %v", r.project.Name, backend.ErrSubnetTaken, err)
 	case err != nil:
-		return 0, fmt.Errorf("running sandbox %s: %w", project.Name, err)
+		return 0, fmt.Errorf("running sandbox %s: %w", r.project.Name, err)
 	}
 	return code, nil
 }
@@ -195,7 +202,6 @@ type run struct {
 	rt      backend.Runtime
 	project *types.Project
 	o       RunOptions
-	uppers  map[string]string // the overlay volumes' upper directories, before CreateVolumes takes their options
 
 	cancel context.CancelFunc
 	sigs   Signals
@@ -311,18 +317,20 @@ func (r *run) ensureImage(ctx context.Context, svc types.ServiceConfig, build bo
 }
 
 // fillVolumes makes the project's volumes (a changeset's), so that the
-// teardown removes them by label, and fills those of the copies.
-func (r *run) fillVolumes(ctx context.Context, svc types.ServiceConfig) error {
-	r.uppers = volumeUppers(r.project)
+// teardown removes them by label, and fills those of the copies. It
+// returns the overlay volumes' upper directories, which the launcher may
+// watch.
+func (r *run) fillVolumes(ctx context.Context, svc types.ServiceConfig) (uppers map[string]string, err error) {
+	uppers = volumeUppers(r.project) // before CreateVolumes takes the options off
 	if err := r.rt.CreateVolumes(ctx, r.project, svc.Image); err != nil {
-		return err
+		return nil, err
 	}
 	for _, c := range r.o.Copies {
 		if err := r.rt.CopyIn(ctx, r.volume(svc, c), c.From); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return uppers, nil
 }
 
 // volume is the engine's volume of a copy, copied by helpers of the
