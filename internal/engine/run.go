@@ -58,15 +58,22 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 		// The dependencies (an allowlist's gateway) start first.
 		NoDeps: len(project.Services) == 1,
 	})
-	if err != nil {
-		switch {
-		case storageOptRefused(err) && len(project.Services[o.Service].StorageOpt) > 0:
-			err = classified{err, backend.ErrStorageOptRefused}
-		case strings.Contains(err.Error(), "Pool overlaps"):
-			err = classified{err, backend.ErrSubnetTaken}
-		}
+	return code, runError(err, len(project.Services[o.Service].StorageOpt) > 0)
+}
+
+// runError says which of the backend's sentinels the SDK's error is, if
+// one: a refusal of the storage option (when the service had one), a
+// subnet another network took meanwhile.
+func runError(err error, storageOpt bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case storageOpt && storageOptRefused(err):
+		return classified{err, backend.ErrStorageOptRefused}
+	case strings.Contains(err.Error(), "Pool overlaps"):
+		return classified{err, backend.ErrSubnetTaken}
 	}
-	return code, err
+	return err
 }
 
 // classified is an engine's error that is one of the backend's sentinels,
