@@ -9,6 +9,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/changeset"
 	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -93,7 +94,7 @@ func (a *app) sweepApplied(c *changeset.Changeset, since time.Time) error {
 	var errs []error
 	for _, m := range c.Mounts {
 		rep := guard.Sweep(guard.Root{Name: m.Name, Source: m.Source}, since, dirs.QuarantineDir(), c.ID)
-		a.reportGuard(rep, dirs)
+		sandbox.Guarded(reporter{a.stderr}, rep, dirs.QuarantineDir())
 		errs = append(errs, rep.Err())
 	}
 	return errors.Join(errs...)

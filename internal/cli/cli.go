@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
-	"github.com/propio/propio-sandbox/internal/engine"
-	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -197,18 +195,16 @@ type env struct {
 }
 
 func loadEnv() (env, error) {
-	dirs, err := hostinfo.UserDirs()
+	se, err := sandbox.LoadEnv()
 	if err != nil {
 		return env{}, err
 	}
-	ws, err := hostinfo.Workspace()
-	if err != nil {
-		return env{}, err
-	}
-	e := env{dirs: dirs, workspace: ws, locs: profile.Locations{ConfigDir: dirs.ProfileDir(), Workspace: ws}}
-	host := e.grantHost()
-	e.locs.Host = &host
-	return e, nil
+	return env{dirs: se.Dirs, workspace: se.Workspace, locs: se.Locs}, nil
+}
+
+// sandbox is the environment as the launch package takes it.
+func (e env) sandbox() sandbox.Env {
+	return sandbox.Env{Dirs: e.dirs, Workspace: e.workspace, Locs: e.locs}
 }
 
 // loadSelected gathers the environment and loads the profile ref selects.
@@ -225,25 +221,8 @@ func loadSelected(ref string) (env, *profile.Profile, error) {
 	return e, p, nil
 }
 
-// grantHost are the host facts that mount sources are judged on, with the
-// engine sockets there may be and those a launch found (extra).
-func (e env) grantHost(extra ...string) profile.GrantHost {
-	home, _ := os.UserHomeDir()
-	return profile.GrantHost{
-		Home:       home,
-		Workspace:  e.workspace,
-		PropioHome: hostinfo.PropioHome(),
-		Sockets:    append(engine.Sockets(os.Getenv, home), extra...),
-		Resolve:    fsutil.Resolve,
-		SameFile:   sameFile,
-	}
-}
-
-func sameFile(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
-}
+// grantHost are the host facts that mount sources are judged on.
+func (e env) grantHost() profile.GrantHost { return e.sandbox().GrantHost() }
 
 // warnGrants prints a warning for each unsafe grant.
 func (a *app) warnGrants(grants []profile.Grant) {
@@ -255,7 +234,7 @@ func (a *app) warnGrants(grants []profile.Grant) {
 // loadProfile loads the profile a subcommand was pointed at, with every
 // problem and a hint for a missing one.
 func (e env) loadProfile(ref string) (*profile.Profile, error) {
-	p, err := e.locs.Load(ref, hostinfo.Limits())
+	p, err := e.sandbox().Load(ref)
 	if errors.Is(err, profile.ErrNotFound) {
 		return nil, hintLoad(err)
 	}

@@ -21,8 +21,12 @@ import (
 // sandbox project, running or not. Removing what is already gone is not an
 // error.
 func (e *Engine) Remove(ctx context.Context, project string) error {
+	return e.removeBy(ctx, make(client.Filters).Add("label", LabelProject+"="+project))
+}
+
+// removeBy deletes every container, network and volume the filters select.
+func (e *Engine) removeBy(ctx context.Context, by client.Filters) error {
 	c := e.cli.Client()
-	by := make(client.Filters).Add("label", LabelProject+"="+project)
 	var errs []error
 	containers, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: by})
 	if err != nil {
@@ -113,15 +117,18 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 	mine := make(client.Filters).Add("label", LabelProject)
 	found := map[string]*Sandbox{}
 	add := func(labels map[string]string, state string, created time.Time) {
+		// A name is reused once its launcher is gone: a sandbox is a name
+		// and a launcher.
 		name := labels[LabelProject]
-		if s, ok := found[name]; ok {
+		key := name + "\x00" + labels[LabelHost] + "\x00" + labels[LabelPID]
+		if s, ok := found[key]; ok {
 			if s.State == "leftover" {
 				s.State = state
 			}
 			return
 		}
 		pid, _ := strconv.Atoi(labels[LabelPID])
-		found[name] = &Sandbox{
+		found[key] = &Sandbox{
 			Project: name, Workspace: labels[generator.LabelWorkspace], Profile: labels[generator.LabelProfile],
 			PID: pid, Host: labels[LabelHost], Alive: LauncherAlive(pid, labels[LabelHost]),
 			State: state, Created: created,
@@ -176,7 +183,10 @@ func (e *Engine) GC(ctx context.Context) ([]string, error) {
 		if s.Alive || !sameHost(s.Host) {
 			continue
 		}
-		if err := e.Remove(ctx, s.Project); err != nil {
+		// Only what that launcher made: a new launcher may be starting a
+		// sandbox of the same name (names are reused, as render shows them).
+		by := make(client.Filters).Add("label", LabelProject+"="+s.Project).Add("label", LabelPID+"="+strconv.Itoa(s.PID))
+		if err := e.removeBy(ctx, by); err != nil {
 			errs = append(errs, err)
 			continue
 		}
