@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
 
@@ -134,7 +135,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		project.Networks[OutsideNetwork] = types.NetworkConfig{Name: o.Project + "_" + OutsideNetwork, Labels: types.Labels{LabelWorkspace: h.Workspace}}
 	}
 
-	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, LogFile(o.Project)), "--profile", egressSource(p)}
+	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, decisionlog.FileName(o.Project)), "--profile", egressSource(p)}
 	for _, r := range p.Network.Allow {
 		command = append(command, "--allow", r)
 	}
@@ -235,9 +236,6 @@ func ResolvConfName(addr netip.Addr) string { return "gateway-" + addr.String() 
 func ResolvConf(addr netip.Addr) string {
 	return "# written by propio-sandbox: this sandbox's only resolver is its egress gateway\nnameserver " + addr.String() + "\noptions ndots:0\n"
 }
-
-// LogFile is the name of a sandbox's gateway log in the log directory.
-func LogFile(project string) string { return project + ".jsonl" }
 
 // egressSource is where the profile's allow list is, for the gateway's
 // denial hints: FILE:LINE of network.allow, or of network, or the file.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 	"github.com/propio/propio-sandbox/internal/gateway"
 	"github.com/propio/propio-sandbox/internal/natfwd"
@@ -98,7 +99,7 @@ func (a *app) gateway(f gatewayFlags) error {
 		defer lf.Close()
 		out = lf
 	}
-	cfg := &gateway.Config{Policy: policy, Profile: f.profile, DenyAt: f.denyAt, Log: gateway.NewLogger(out), Bandwidth: bw}
+	cfg := &gateway.Config{Policy: policy, Profile: f.profile, DenyAt: f.denyAt, Log: decisionlog.NewWriter(out), Bandwidth: bw}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	if f.virtual != "" && bw == 0 {

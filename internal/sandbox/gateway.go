@@ -11,6 +11,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
@@ -87,7 +88,7 @@ func (l *launch) prepareGateway(ctx context.Context, eng *engine.Engine, o gener
 	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
 		return nil, err
 	}
-	if _, err := startLog(dirs.LogDir(), logHeader{Time: time.Now().UTC(), Event: "start", Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
+	if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
 		return nil, err
 	}
 	return project, nil

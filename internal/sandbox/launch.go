@@ -13,6 +13,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
@@ -297,7 +298,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if !allowlist || !errors.Is(err, engine.ErrSubnetTaken) || attempt == 3 {
 			break
 		}
-		os.Remove(filepath.Join(s.Env.Dirs.LogDir(), generator.LogFile(s.opts.Project)))
+		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
 	}
 	if ran && cs != nil {
 		if serr := cs.finish(s.Streams.Err, errors.Is(err, engine.ErrCopyOut)); serr != nil {
