@@ -49,6 +49,18 @@ func TestLayering(t *testing.T) {
 		// may use fsutil, the leaf that opens host files safely, and nothing
 		// else of ours.
 		module + "/internal/diskcap": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// The decision log store owns a file format: nothing of ours, so
+		// the generator may name its files and the gateway write them.
+		module + "/internal/decisionlog": {module + "/"},
+		// The gateway decides and relays; the kernel forwards behind its
+		// Kernel interface (natfwd is gatewayd's), and it never sees a
+		// profile, a project or an engine.
+		module + "/internal/gateway": {module + "/internal/cli", module + "/internal/engine", module + "/generator", module + "/internal/profile",
+			module + "/internal/natfwd", module + "/internal/gatewayd", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
+		// The gateway's process runs in the gateway container: the gateway,
+		// natfwd and the log, no CLI, engine, generator or profile.
+		module + "/internal/gatewayd": {module + "/internal/cli", module + "/internal/engine", module + "/generator", module + "/internal/profile",
+			module + "/internal/hostinfo", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
 	}
 	// Leaves any package may use whatever its rule says about the module.
 	leaves := map[string]bool{module + "/internal/fsutil": true}
@@ -76,6 +88,14 @@ func TestLayering(t *testing.T) {
 		switch imp {
 		case "os", "os/exec", "net", "net/http", "syscall", module + "/internal/fsutil":
 			t.Errorf("the generator imports %s; it must stay pure", imp)
+		}
+	}
+	// The CLI presents; the gateway's process and the kernel forwarding it
+	// sets up are internal/gatewayd's.
+	for _, imp := range pkgs[module+"/internal/cli"].Imports {
+		switch imp {
+		case module + "/internal/gateway", module + "/internal/natfwd":
+			t.Errorf("internal/cli imports %s; the gateway's process is internal/gatewayd's", imp)
 		}
 	}
 	for _, imp := range pkgs[module+"/internal/profile"].Imports {
