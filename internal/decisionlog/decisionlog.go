@@ -84,6 +84,14 @@ func Start(dir string, h Header) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A project's name is reused once its launcher is gone (the caller
+	// holds it): an earlier sandbox's log is kept, under a name of its own.
+	if _, err := os.Lstat(path); err == nil {
+		aside := filepath.Join(dir, h.Project+"."+time.Now().UTC().Format("20060102T150405.000000000")+".jsonl")
+		if err := os.Rename(path, aside); err != nil {
+			return "", fmt.Errorf("keeping the earlier gateway log of %s: %w", h.Project, err)
+		}
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("creating the gateway log: %w", err)

@@ -44,11 +44,23 @@ func TestStartWritesTheHeaderOwnerOnly(t *testing.T) {
 	if err != nil || h != (Header{Time: t0, Event: "start", Project: "propio-demo-1", Workspace: "/work", Profile: "builtin:standard"}) {
 		t.Errorf("readHeader = %+v, %v", h, err)
 	}
-	if _, err := Start(dir, header("propio-demo-1", "/other", t0)); err == nil {
-		t.Error("Start overwrote a log")
+	// The name again (a later sandbox of the workspace): a new log, and
+	// the first one kept beside it.
+	if _, err := Start(dir, header("propio-demo-1", "/other", t0.Add(time.Minute))); err != nil {
+		t.Fatal(err)
 	}
-	if h, _ := readHeader(path); h.Workspace != "/work" {
+	if h, _ := readHeader(path); h.Workspace != "/other" {
+		t.Errorf("the new log's header is %+v", h)
+	}
+	kept, _ := filepath.Glob(filepath.Join(dir, "propio-demo-1.*.jsonl"))
+	if len(kept) != 1 {
+		t.Fatalf("want the first log kept aside, found %v", kept)
+	}
+	if h, _ := readHeader(kept[0]); h.Workspace != "/work" {
 		t.Errorf("the first log's header became %+v", h)
+	}
+	if latest, err := Latest(dir, "/work"); err != nil || latest != kept[0] {
+		t.Errorf("Latest(/work) = %s, %v; want the log kept aside, %s", latest, err, kept[0])
 	}
 }
 
