@@ -73,7 +73,8 @@ type Entry struct {
 // Start creates the log of h.Project in dir, owned by the user and readable
 // by no one else, with its header line, and returns its path; the gateway
 // appends to it. It then prunes dir to the Keep newest logs. A log of the
-// same project already there is an error: it is never overwritten.
+// same project already there (an earlier sandbox of that name) is never
+// overwritten: it is kept, renamed PROJECT.TIME.jsonl.
 func Start(dir string, h Header) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating the log directory: %w", err)
