@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 
+	"github.com/propio/propio-sandbox/internal/changeset/launch"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
@@ -43,7 +44,7 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 			if conn.eng == nil {
 				return "", ""
 			}
-			want, err := changesetMode()
+			want, err := launch.Wanted()
 			if err != nil {
 				return "", ""
 			}
@@ -51,7 +52,7 @@ func (a *app) preflightChecks(e env, p *profile.Profile, build bool, conn *engin
 			if err != nil {
 				return "", ""
 			}
-			mode, why, err := chooseMode(want, ov.OK, ov.Why, []string{e.workspace, e.dirs.State})
+			mode, why, err := launch.ChooseMode(want, ov.OK, ov.Why, []string{e.workspace, e.dirs.State})
 			if err != nil {
 				return "", ""
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/moby/term"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/changeset/launch"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
@@ -102,8 +103,8 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		return err
 	}
 	if p.Changeset() {
-		if _, err := changesetMode(); err != nil {
-			return err
+		if _, err := launch.Wanted(); err != nil {
+			return usageError{err}
 		}
 	}
 	// Nothing is created before every check has passed.
@@ -209,18 +210,18 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		}
 		// The changeset the sandbox writes to, when the profile has one:
 		// kept only when the sandbox ran.
-		var cs *launchChangeset
+		var cs *launch.Changeset
 		if p.Changeset() {
 			if f.resume != "" {
 				// Resuming removes the sandbox of a killed launcher that
 				// still writes to the changeset, as gc does: not both at once.
 				<-gcDone
 			}
-			if cs, err = a.prepareChangeset(ctx, eng, e, p, f.resume); err != nil {
+			if cs, err = launch.Prepare(ctx, changesetEngine{eng}, p, e.workspace, f.resume, a.stderr); err != nil {
 				return err
 			}
 			agentOnly := withAgent
-			withAgent = func(h *generator.Host) { agentOnly(h); cs.adjust(h) }
+			withAgent = func(h *generator.Host) { agentOnly(h); cs.Adjust(h) }
 		}
 		ran := false
 		defer func() {
@@ -228,13 +229,13 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				return
 			}
 			// An error after the sandbox had started: what it wrote is kept.
-			if cs.wrote() {
-				if err := cs.finish(a.stderr, false); err != nil {
+			if cs.Wrote() {
+				if err := cs.Finish(a.stderr, false); err != nil {
 					fmt.Fprintf(a.stderr, "%s: warning: %v\n", name, err)
 				}
 				return
 			}
-			if err := cs.abandon(); err != nil {
+			if err := cs.Abandon(); err != nil {
 				fmt.Fprintf(a.stderr, "%s: warning: removing the changeset of a sandbox that did not run: %v\n", name, err)
 			}
 		}()
@@ -256,7 +257,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 				Build:       f.build,
 				// The image check of preflight has just looked.
 				ImageChecked: true,
-				Copies:       cs.volumeCopies(),
+				Copies:       engineCopies(cs.VolumeCopies()),
 				Ran: func() {
 					ran = true
 					check.begin() // while the engine removes the containers
@@ -271,7 +272,7 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 			o.Project = generator.ProjectName(e.workspace, runID())
 		}
 		if ran && cs != nil {
-			if serr := cs.finish(a.stderr, errors.Is(err, engine.ErrCopyOut)); serr != nil {
+			if serr := cs.Finish(a.stderr, errors.Is(err, engine.ErrCopyOut)); serr != nil {
 				err = errors.Join(err, serr)
 			}
 		}
@@ -325,7 +326,7 @@ func (a *app) checkLaunchGrants(e env, p *profile.Profile, engineHost string) er
 // diskCapped says which cap the sandbox went over, where, and where what
 // it wrote is. err may join other failures to the stop (a copy back that
 // failed).
-func diskCapped(err error, over *engine.DiskCapError, p *profile.Profile, cs *launchChangeset) error {
+func diskCapped(err error, over *engine.DiskCapError, p *profile.Profile, cs *launch.Changeset) error {
 	capName := fmt.Sprintf("resources.disk (%s)", profile.ByteSize(over.Cap))
 	if over.Cap < int64(p.Resources.Disk) {
 		capName = fmt.Sprintf("%s (%s)", hostinfo.EnvTestDisk, profile.ByteSize(over.Cap))

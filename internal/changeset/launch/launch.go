@@ -1,7 +1,14 @@
-package cli
+// Package launch is the life of the changeset a sandbox run writes to: it
+// creates the changeset (or resumes one), chooses how it is realised (an
+// overlay, or a copy the engine fills and empties), gives the generator the
+// changeset's mounts and the engine its copies, and after the run seals it,
+// or undoes it for a sandbox that did not run.
+//
+// It talks to the container engine only through Engine, and prints only to
+// the writer it is given; what to do about its errors is in their Hints.
+package launch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,46 +19,104 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/changeset"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
 
-// envChangesetMode forces how a changeset is realised: overlay, copy or auto
-// (the default: an overlay where the engine can mount one of this host's
+// EnvMode forces how a changeset is realised: overlay, copy or auto (the
+// default: an overlay where the engine can mount one of this host's
 // directories, else a copy).
-const envChangesetMode = "PROPIO_SANDBOX_CHANGESET_MODE"
+const EnvMode = "PROPIO_SANDBOX_CHANGESET_MODE"
 
-// launchChangeset is the changeset one run writes to.
-type launchChangeset struct {
+// command is the launcher's name, as hints show it.
+const command = "propio-sandbox"
+
+// Engine is what a changeset's launch needs of the container engine.
+type Engine interface {
+	// OverlayCapable tells whether the engine can mount an overlay of a
+	// directory of this host, and how.
+	OverlayCapable(ctx context.Context) (Overlay, error)
+	// ReleaseChangeset makes sure that no sandbox writes to changeset id
+	// before a run resumes it: it removes the sandboxes of launchers that
+	// are gone; one of a live launcher is an error that Is ErrInUse.
+	ReleaseChangeset(ctx context.Context, id string) error
+}
+
+// ErrInUse: a running sandbox of a live launcher writes to the changeset.
+var ErrInUse = errors.New("the changeset is in use")
+
+// Overlay says whether the engine can mount an overlay of a directory of
+// this host for a sandbox, and how.
+type Overlay struct {
+	OK  bool
+	Why string // why not, when not
+	// UserXattr: mount it with the userxattr option, so that its marks
+	// are user.overlay.* attributes, which a launcher that is not root can
+	// read.
+	UserXattr bool
+}
+
+// VolumeCopy fills a volume of the project with a host directory before the
+// run, and copies the volume's content back to the host after it: the copy
+// realisation of a changeset.
+type VolumeCopy struct {
+	Volume string // the volume's key in the project
+	From   string // the host directory copied into the volume before the run
+	To     string // the host directory the volume's final content replaces, after the run
+}
+
+// Changeset is the changeset one run writes to.
+type Changeset struct {
 	cs      *changeset.Changeset
 	resumed bool
 	sealed  bool // resumed, and sealed before: a copy's tree holds the last result
 	gen     *generator.Changeset
-	copies  []engine.VolumeCopy
+	copies  []VolumeCopy
 }
 
-// changesetMode reads PROPIO_SANDBOX_CHANGESET_MODE.
-func changesetMode() (string, error) {
-	v := strings.TrimSpace(os.Getenv(envChangesetMode))
+// hinted is an error with what to do about it.
+type hinted struct {
+	err   error
+	hints []string
+}
+
+func (e hinted) Error() string   { return e.err.Error() }
+func (e hinted) Unwrap() error   { return e.err }
+func (e hinted) Hints() []string { return e.hints }
+
+func withHint(err error, hints ...string) error { return hinted{err, hints} }
+
+// ModeError: PROPIO_SANDBOX_CHANGESET_MODE is neither overlay, copy nor
+// auto; a mistake in how the launcher was called.
+type ModeError struct{ Value string }
+
+func (e *ModeError) Error() string {
+	return fmt.Sprintf("%s=%q: want overlay, copy or auto", EnvMode, e.Value)
+}
+
+// Hints say what to do about it.
+func (e *ModeError) Hints() []string { return []string{"unset it to let " + command + " choose"} }
+
+// Wanted reads PROPIO_SANDBOX_CHANGESET_MODE: overlay, copy or auto. A
+// value it does not know is a *ModeError.
+func Wanted() (string, error) {
+	v := strings.TrimSpace(os.Getenv(EnvMode))
 	switch v {
 	case "", "auto":
 		return "auto", nil
 	case generator.ChangesetOverlay, generator.ChangesetCopy:
 		return v, nil
 	}
-	return "", withHint(usageError{fmt.Errorf("%s=%q: want overlay, copy or auto", envChangesetMode, v)}, "unset it to let "+name+" choose")
+	return "", &ModeError{v}
 }
 
-// changesetMounts lists the directories of p in changeset mode, with their
-// sources resolved; a source that is not a directory is a positioned error.
-func changesetMounts(p *profile.Profile, workspace string) ([]generator.ChangesetMount, error) {
+// mounts lists the directories of p in changeset mode, with their sources
+// resolved; a source that is not a directory is a positioned error.
+func mounts(p *profile.Profile, workspace string) ([]generator.ChangesetMount, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return nil, fmt.Errorf("finding home directory: %w", err)
@@ -96,16 +161,17 @@ func changesetMounts(p *profile.Profile, workspace string) ([]generator.Changese
 	return mounts, nil
 }
 
-// prepareChangeset creates the run's changeset (or resumes the one named)
-// and chooses its realisation: an overlay where the engine can mount one of
+// Prepare creates the run's changeset of the profile p in workspace (or
+// resumes the one whose id, or unique prefix of one, resume names) and
+// chooses its realisation: an overlay where the engine can mount one of
 // this host's directories, else a copy, unless PROPIO_SANDBOX_CHANGESET_MODE
-// says which. Nothing is left behind when it fails.
-func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p *profile.Profile, resume string) (*launchChangeset, error) {
-	want, err := changesetMode()
+// says which. Its warnings go to w. Nothing is left behind when it fails.
+func Prepare(ctx context.Context, eng Engine, p *profile.Profile, workspace, resume string, w io.Writer) (*Changeset, error) {
+	want, err := Wanted()
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := changesetMounts(p, e.workspace)
+	mounts, err := mounts(p, workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -116,96 +182,128 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPlaces(p, mounts, store); err != nil {
+		return nil, err
+	}
+	ov, err := eng.OverlayCapable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Every path an overlay's options would hold.
+	paths := []string{store.Dir}
+	for _, m := range mounts {
+		paths = append(paths, m.Source)
+	}
+	mode, why, err := ChooseMode(want, ov.OK, ov.Why, paths)
+	if err != nil {
+		return nil, err
+	}
+	l := &Changeset{}
+	if resume != "" {
+		err = l.resume(ctx, eng, store, resume, mounts, want, ov.OK, why, w)
+	} else {
+		err = l.create(store, workspace, p.Meta.File, mode, mounts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := l.realise(mounts, ov.UserXattr); err != nil {
+		l.Abandon()
+		return nil, err
+	}
+	return l, nil
+}
+
+// checkPlaces refuses a changeset that would hold a mount point of
+// PROPIO_SANDBOX_MOUNTS, or the store itself.
+func checkPlaces(p *profile.Profile, mounts []generator.ChangesetMount, store changeset.Store) error {
 	if p.Workspace.Mode == profile.ModeChangeset {
 		// As for the profile's mounts (Check): a mount point inside would
 		// show up in the changeset.
 		extra, err := hostinfo.ExtraMounts(os.LookupEnv)
 		if err != nil {
-			return nil, err // generate has said it already, with a hint
+			return err // generate has said it already, with a hint
 		}
 		ws := filepath.Clean(p.Workspace.Target)
 		for _, m := range extra {
 			if m.Target != ws && fsutil.Within(ws, m.Target) {
-				return nil, withHint(fmt.Errorf("%s mounts %s inside the workspace (%s), whose mode is changeset: its mount point would become part of the changeset", hostinfo.EnvMounts, m.Target, ws),
+				return withHint(fmt.Errorf("%s mounts %s inside the workspace (%s), whose mode is changeset: its mount point would become part of the changeset", hostinfo.EnvMounts, m.Target, ws),
 					"mount it outside "+ws+", or run without --changeset")
 			}
 		}
 	}
 	for _, m := range mounts {
 		if fsutil.Within(m.Source, store.Dir) || fsutil.Within(store.Dir, m.Source) {
-			return nil, withHint(fmt.Errorf("%s and the changeset store %s are one inside the other: a changeset of it would hold itself", m.Source, store.Dir),
+			return withHint(fmt.Errorf("%s and the changeset store %s are one inside the other: a changeset of it would hold itself", m.Source, store.Dir),
 				"keep XDG_STATE_HOME outside the directories in changeset mode")
 		}
 	}
-	ov, err := eng.OverlayCapable(ctx)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// resume takes the changeset id of store for this run, when it has the
+// profile's mounts, its realisation can be had here, and no live sandbox
+// writes to it.
+func (l *Changeset) resume(ctx context.Context, eng Engine, store changeset.Store, id string, mounts []generator.ChangesetMount, want string, capable bool, why string, w io.Writer) error {
+	cs, err := store.Get(id)
+	switch {
+	case errors.Is(err, changeset.ErrNotFound):
+		return withHint(err, "run `"+command+" changes` to list the changesets there are")
+	case errors.Is(err, changeset.ErrAmbiguous):
+		return withHint(err, "give more of the id (`"+command+" changes` lists them)")
+	case err != nil:
+		return err
 	}
-	capable, why := ov.OK, ov.Why
-	// Every path an overlay's options would hold.
-	paths := []string{store.Dir}
+	if err := sameMounts(cs, mounts); err != nil {
+		return withHint(fmt.Errorf("changeset %s cannot be resumed with this profile: %w", cs.ID, err),
+			"resume it with the profile it was made with ("+cs.Profile+"), from "+cs.Workspace)
+	}
+	switch {
+	case want != "auto" && string(cs.Mode) != want:
+		return fmt.Errorf("changeset %s is realised as %s, and %s=%s", cs.ID, cs.Mode, EnvMode, want)
+	case cs.Mode == changeset.ModeOverlay && !capable:
+		return withHint(fmt.Errorf("changeset %s is an overlay, and the engine cannot mount one here: %s", cs.ID, why),
+			"resume it where it was made, with an engine on this host")
+	}
+	// A copy's tree is what the last run that finished left; a changeset
+	// never sealed has none yet, and starts from the sources.
+	_, err = os.Stat(filepath.Join(cs.Dir(), "changes.json"))
+	l.sealed = err == nil
+	if cs.State == changeset.StateRunning && cs.Mode == changeset.ModeCopy {
+		fmt.Fprintf(w, "%s: warning: the last run of changeset %s did not finish (its launcher was killed); what it did in its copy is lost, the changeset goes on from the run before\n", command, cs.ID)
+	}
+	err = eng.ReleaseChangeset(ctx, cs.ID)
+	if errors.Is(err, ErrInUse) {
+		return withHint(err, "wait for that sandbox to end, or stop it (`"+command+" ls` lists the sandboxes)")
+	}
+	if err != nil {
+		return err
+	}
+	if err := cs.Resume(); err != nil {
+		return err
+	}
+	l.cs, l.resumed = cs, true
+	return nil
+}
+
+// create makes a new changeset in store for this run.
+func (l *Changeset) create(store changeset.Store, workspace, profileFile string, mode changeset.Mode, mounts []generator.ChangesetMount) error {
+	var ms []changeset.Mount
 	for _, m := range mounts {
-		paths = append(paths, m.Source)
+		ms = append(ms, changeset.Mount{Name: m.Name, Source: m.Source, Target: m.Target})
 	}
-	mode, why, err := chooseMode(want, capable, why, paths)
+	cs, err := store.Create(workspace, profileFile, mode, ms)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	l.cs = cs
+	return nil
+}
 
-	l := &launchChangeset{}
-	if resume != "" {
-		cs, err := store.Get(resume)
-		switch {
-		case errors.Is(err, changeset.ErrNotFound):
-			return nil, withHint(err, "run `"+name+" changes` to list the changesets there are")
-		case errors.Is(err, changeset.ErrAmbiguous):
-			return nil, withHint(err, "give more of the id (`"+name+" changes` lists them)")
-		case err != nil:
-			return nil, err
-		}
-		if err := sameMounts(cs, mounts); err != nil {
-			return nil, withHint(fmt.Errorf("changeset %s cannot be resumed with this profile: %w", cs.ID, err),
-				"resume it with the profile it was made with ("+cs.Profile+"), from "+cs.Workspace)
-		}
-		switch {
-		case want != "auto" && string(cs.Mode) != want:
-			return nil, fmt.Errorf("changeset %s is realised as %s, and %s=%s", cs.ID, cs.Mode, envChangesetMode, want)
-		case cs.Mode == changeset.ModeOverlay && !capable:
-			return nil, withHint(fmt.Errorf("changeset %s is an overlay, and the engine cannot mount one here: %s", cs.ID, why),
-				"resume it where it was made, with an engine on this host")
-		}
-		// A copy's tree is what the last run that finished left; a
-		// changeset never sealed has none yet, and starts from the sources.
-		_, err = os.Stat(filepath.Join(cs.Dir(), "changes.json"))
-		l.sealed = err == nil
-		if cs.State == changeset.StateRunning && cs.Mode == changeset.ModeCopy {
-			fmt.Fprintf(a.stderr, "%s: warning: the last run of changeset %s did not finish (its launcher was killed); what it did in its copy is lost, the changeset goes on from the run before\n", name, cs.ID)
-		}
-		err = eng.ReleaseChangeset(ctx, cs.ID)
-		if errors.Is(err, engine.ErrChangesetInUse) {
-			return nil, withHint(err, "wait for that sandbox to end, or stop it (`"+name+" ls` lists the sandboxes)")
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := cs.Resume(); err != nil {
-			return nil, err
-		}
-		l.cs, l.resumed = cs, true
-	} else {
-		var ms []changeset.Mount
-		for _, m := range mounts {
-			ms = append(ms, changeset.Mount{Name: m.Name, Source: m.Source, Target: m.Target})
-		}
-		cs, err := store.Create(e.workspace, p.Meta.File, mode, ms)
-		if err != nil {
-			return nil, err
-		}
-		l.cs = cs
-	}
-
+// realise gives each mount its overlay's directories, or its copies.
+func (l *Changeset) realise(mounts []generator.ChangesetMount, userXattr bool) error {
 	cs := l.cs
-	l.gen = &generator.Changeset{ID: cs.ID, Mode: string(cs.Mode), UserXattr: ov.UserXattr}
+	l.gen = &generator.Changeset{ID: cs.ID, Mode: string(cs.Mode), UserXattr: userXattr}
 	for _, m := range mounts {
 		switch cs.Mode {
 		case changeset.ModeOverlay:
@@ -213,25 +311,24 @@ func (a *app) prepareChangeset(ctx context.Context, eng *engine.Engine, e env, p
 			// The root of an overlay takes its owner and mode from the upper
 			// directory's: the original's.
 			if err := likeRoot(m.UpperDir, m.Source); err != nil {
-				l.abandon()
-				return nil, err
+				return err
 			}
 		case changeset.ModeCopy:
 			from := m.Source
 			if l.sealed {
 				from = cs.TreeDir(m.Name) // what the last run left
 			}
-			l.copies = append(l.copies, engine.VolumeCopy{Volume: "changeset-" + m.Name, From: from, To: cs.TreeDir(m.Name)})
+			l.copies = append(l.copies, VolumeCopy{Volume: "changeset-" + m.Name, From: from, To: cs.TreeDir(m.Name)})
 		}
 		l.gen.Mounts = append(l.gen.Mounts, m)
 	}
-	return l, nil
+	return nil
 }
 
-// chooseMode picks a new changeset's realisation: what want (overlay, copy
+// ChooseMode picks a new changeset's realisation: what want (overlay, copy
 // or auto) asks, an overlay when auto and the engine can mount one of these
 // paths, else a copy. It returns why an overlay cannot be, if it cannot.
-func chooseMode(want string, capable bool, why string, paths []string) (changeset.Mode, string, error) {
+func ChooseMode(want string, capable bool, why string, paths []string) (changeset.Mode, string, error) {
 	for _, p := range paths {
 		if capable && strings.ContainsAny(p, ",:") {
 			capable, why = false, fmt.Sprintf("%s has a comma or colon, which overlay options cannot hold", p)
@@ -241,8 +338,8 @@ func chooseMode(want string, capable bool, why string, paths []string) (changese
 	case want == generator.ChangesetCopy:
 		return changeset.ModeCopy, why, nil
 	case want == generator.ChangesetOverlay && !capable:
-		return "", why, withHint(fmt.Errorf("%s=overlay, but the engine cannot mount an overlay here: %s", envChangesetMode, why),
-			"unset "+envChangesetMode+" (or set it to copy) to copy the directories into the sandbox instead")
+		return "", why, withHint(fmt.Errorf("%s=overlay, but the engine cannot mount an overlay here: %s", EnvMode, why),
+			"unset "+EnvMode+" (or set it to copy) to copy the directories into the sandbox instead")
 	case capable:
 		return changeset.ModeOverlay, "", nil
 	}
@@ -265,33 +362,27 @@ func sameMounts(cs *changeset.Changeset, mounts []generator.ChangesetMount) erro
 	return fmt.Errorf("it holds %s; the profile here has %s", strings.Join(have, ", "), strings.Join(want, ", "))
 }
 
-// likeRoot gives dir the owner (as root) and mode of the directory src.
-func likeRoot(dir, src string) error {
-	st, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	if os.Geteuid() == 0 {
-		if uid, gid, ok := owner(st); ok {
-			if err := os.Lchown(dir, uid, gid); err != nil {
-				return err
-			}
-		}
-	}
-	return os.Chmod(dir, st.Mode()&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky))
-}
-
-// adjust puts the changeset in the host facts the project is generated from.
-func (l *launchChangeset) adjust(h *generator.Host) {
+// Adjust puts the changeset in the host facts the project is generated
+// from. A nil l leaves them as they are.
+func (l *Changeset) Adjust(h *generator.Host) {
 	if l != nil {
 		h.Changeset = l.gen
 	}
 }
 
-// wrote reports whether the sandbox of a new overlay changeset wrote to it
+// VolumeCopies are the copies into and out of the sandbox (copy mode); none
+// for a nil l.
+func (l *Changeset) VolumeCopies() []VolumeCopy {
+	if l == nil {
+		return nil
+	}
+	return l.copies
+}
+
+// Wrote reports whether the sandbox of a new overlay changeset wrote to it
 // although its run ended in an error (a copy's writes are lost with its
 // volume; a resumed changeset is sealed again anyway).
-func (l *launchChangeset) wrote() bool {
+func (l *Changeset) Wrote() bool {
 	if l.cs.Mode != changeset.ModeOverlay || l.resumed {
 		return false
 	}
@@ -303,9 +394,10 @@ func (l *launchChangeset) wrote() bool {
 	return false
 }
 
-// abandon undoes prepareChangeset for a sandbox that did not run: a new
-// changeset is removed; a resumed one is sealed again, as it was.
-func (l *launchChangeset) abandon() error {
+// Abandon undoes Prepare for a sandbox that did not run: a new changeset
+// is removed; a resumed one is sealed again, as it was. A nil l has
+// nothing to undo.
+func (l *Changeset) Abandon() error {
 	if l == nil {
 		return nil
 	}
@@ -318,12 +410,13 @@ func (l *launchChangeset) abandon() error {
 	return os.RemoveAll(l.cs.Dir())
 }
 
-// finish seals the changeset after the sandbox ran and says what comes next.
-// When what the sandbox wrote could not be copied back (copyFailed), it is
-// lost: a new changeset is removed, a resumed one stays as it was.
-func (l *launchChangeset) finish(w io.Writer, copyFailed bool) error {
+// Finish seals the changeset after the sandbox ran and writes to w what it
+// holds and what comes next. When what the sandbox wrote could not be
+// copied back (copyFailed), it is lost: a new changeset is removed, a
+// resumed one stays as it was.
+func (l *Changeset) Finish(w io.Writer, copyFailed bool) error {
 	if copyFailed {
-		if err := l.abandon(); err != nil {
+		if err := l.Abandon(); err != nil {
 			return err
 		}
 		what := "removed"
@@ -340,7 +433,7 @@ func (l *launchChangeset) finish(w io.Writer, copyFailed bool) error {
 		}
 	}
 	if err := l.cs.Seal(); err != nil {
-		return withHint(err, "the changeset is kept in "+l.cs.Dir()+"; `"+name+" discard --force "+l.cs.ID+"` removes it")
+		return withHint(err, "the changeset is kept in "+l.cs.Dir()+"; `"+command+" discard --force "+l.cs.ID+"` removes it")
 	}
 	n := -1
 	if changes, err := l.cs.Changes(); err == nil {
@@ -358,79 +451,10 @@ func (l *launchChangeset) finish(w io.Writer, copyFailed bool) error {
 		verb = "continued"
 	}
 	id := l.cs.ID
-	fmt.Fprintf(w, "%s: changeset %s %s (%s, %s); the originals are untouched\n", name, id, verb, what, l.cs.Mode)
-	fmt.Fprintf(w, "%s:   review:  %s diff %s   (--stat, --json)\n", name, name, id)
-	fmt.Fprintf(w, "%s:   apply:   %s apply %s [PATH...]\n", name, name, id)
-	fmt.Fprintf(w, "%s:   discard: %s discard %s\n", name, name, id)
-	fmt.Fprintf(w, "%s:   resume:  %s run --changeset --resume %s\n", name, name, id)
+	fmt.Fprintf(w, "%s: changeset %s %s (%s, %s); the originals are untouched\n", command, id, verb, what, l.cs.Mode)
+	fmt.Fprintf(w, "%s:   review:  %s diff %s   (--stat, --json)\n", command, command, id)
+	fmt.Fprintf(w, "%s:   apply:   %s apply %s [PATH...]\n", command, command, id)
+	fmt.Fprintf(w, "%s:   discard: %s discard %s\n", command, command, id)
+	fmt.Fprintf(w, "%s:   resume:  %s run --changeset --resume %s\n", command, command, id)
 	return nil
-}
-
-func owner(st fs.FileInfo) (uid, gid int, ok bool) {
-	s, ok := st.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, 0, false
-	}
-	return int(s.Uid), int(s.Gid), true
-}
-
-// volumeCopies are the copies into and out of the sandbox (copy mode).
-func (l *launchChangeset) volumeCopies() []engine.VolumeCopy {
-	if l == nil {
-		return nil
-	}
-	return l.copies
-}
-
-// settleRacyMtimes works around the engine's archive API, which gives the
-// copied tree's mtimes to the second only: a file the agent rewrote with
-// the same size in the same second as its original's mtime would look
-// unchanged. For each file of tree whose whole-second mtime, size and mode
-// equal the original's, and whose original was written at or after since
-// (a second's margin), the contents are compared: equal, the file gets the
-// original's exact mtime; different, an mtime a nanosecond off, so that
-// Seal reads it. Older originals cannot have been rewritten in their own
-// second during the run.
-func settleRacyMtimes(tree, source string, since time.Time) error {
-	limit := since.Add(-time.Second).Unix()
-	return filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		ti, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if ti.ModTime().Nanosecond() != 0 {
-			return nil
-		}
-		rel, _ := filepath.Rel(tree, p)
-		orig := filepath.Join(source, rel)
-		si, err := os.Lstat(orig)
-		if err != nil || !si.Mode().IsRegular() || si.Size() != ti.Size() || si.Mode().Perm() != ti.Mode().Perm() ||
-			si.ModTime().Unix() != ti.ModTime().Unix() || si.ModTime().Unix() < limit {
-			return nil
-		}
-		same, err := sameContent(p, orig)
-		if err != nil {
-			return err
-		}
-		mtime := si.ModTime()
-		if !same {
-			mtime = ti.ModTime().Add(time.Nanosecond)
-		}
-		return os.Chtimes(p, mtime, mtime)
-	})
-}
-
-func sameContent(a, b string) (bool, error) {
-	x, err := os.ReadFile(a)
-	if err != nil {
-		return false, err
-	}
-	y, err := os.ReadFile(b)
-	if err != nil {
-		return false, err
-	}
-	return bytes.Equal(x, y), nil
 }
