@@ -19,7 +19,7 @@ func (a *app) checkGuard(plan guard.Plan, dirs hostinfo.Dirs) error {
 }
 
 func (a *app) reportCheck(plan guard.Plan, rep guard.Report, dirs hostinfo.Dirs) error {
-	a.reportGuard(rep, dirs)
+	a.reportGuard(rep, dirs.QuarantineDir())
 	if err := rep.Err(); err != nil {
 		where := "the workspace"
 		if len(plan.Roots) > 0 {
@@ -66,7 +66,7 @@ func (a *app) finishGuard(g *guardCheck) error {
 }
 
 // reportGuard prints what the guard did, one warning a path.
-func (a *app) reportGuard(rep guard.Report, dirs hostinfo.Dirs) {
+func (a *app) reportGuard(rep guard.Report, quarantine string) {
 	if len(rep.Items) == 0 {
 		return
 	}
@@ -74,7 +74,7 @@ func (a *app) reportGuard(rep guard.Report, dirs hostinfo.Dirs) {
 	for _, it := range rep.Items {
 		fmt.Fprintf(a.stderr, "%s: warning:   %s\n", name, it)
 	}
-	fmt.Fprintf(a.stderr, "%s: hint: what was put aside is kept in %s, never run; look at it before you put anything back\n", name, dirs.QuarantineDir())
+	fmt.Fprintf(a.stderr, "%s: hint: what was put aside is kept in %s, never run; look at it before you put anything back\n", name, quarantine)
 }
 
 // checkPending judges what sandboxes of killed launchers left, once they
