@@ -61,6 +61,12 @@ func TestLayering(t *testing.T) {
 		// natfwd and the log, no CLI, engine, generator or profile.
 		module + "/internal/gatewayd": {module + "/internal/cli", module + "/internal/engine", module + "/generator", module + "/internal/profile",
 			module + "/internal/hostinfo", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
+		// changeset keeps what a sandbox wrote, apart from the originals:
+		// files only, no engine, no profile, nothing else of ours.
+		module + "/internal/changeset": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// A changeset's launch takes the engine through its own small
+		// interface; package sandbox calls it (the CLI, until sandbox runs the launch).
+		module + "/internal/changeset/launch": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", "github.com/docker/compose", "github.com/moby/moby/client"},
 	}
 	// Leaves any package may use whatever its rule says about the module.
 	leaves := map[string]bool{module + "/internal/fsutil": true}
@@ -101,6 +107,12 @@ func TestLayering(t *testing.T) {
 	for _, imp := range pkgs[module+"/internal/profile"].Imports {
 		if imp == "os/exec" || imp == "net" || imp == "net/http" {
 			t.Errorf("internal/profile imports %s", imp)
+		}
+	}
+	// The CLI presents the domain packages; what they use is theirs.
+	for _, imp := range pkgs[module+"/internal/cli"].Imports {
+		if imp == module+"/internal/changeset" {
+			t.Errorf("internal/cli imports %s; it presents internal/sandbox", imp)
 		}
 	}
 	// One engine package: only internal/engine talks to a container engine.

@@ -158,10 +158,7 @@ func report(w io.Writer, err error) int {
 			fmt.Fprintf(w, "%s: error: %s\n", name, line)
 		}
 	}
-	var h hinted
-	if errors.As(err, &h) {
-		hints = append(hints, h.hints...)
-	}
+	hints = append(hints, hintsOf(err)...)
 	if code == ExitUsage {
 		hints = append(hints, "run `"+name+" help` for usage")
 	}
@@ -169,6 +166,23 @@ func report(w io.Writer, err error) int {
 		fmt.Fprintf(w, "%s: hint: %s\n", name, hint)
 	}
 	return code
+}
+
+// hintsOf are the hints err carries: withHint's, else those of a domain
+// error that has a Hints method (a profile.List's are printed with its
+// errors).
+func hintsOf(err error) []string {
+	var h hinted
+	if errors.As(err, &h) {
+		return h.hints
+	}
+	var d interface{ Hints() []string }
+	if errors.As(err, &d) {
+		if _, list := d.(profile.List); !list {
+			return d.Hints()
+		}
+	}
+	return nil
 }
 
 // isCobraUsage recognises the argument errors cobra returns itself.

@@ -136,7 +136,7 @@ func printable(s string) string {
 // profile's own.
 func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.Result, error) {
 	f := a.preflight(e, p, build)
-	f.ChangesetMode = doctorChangesetMode(e)
+	f.ChangesetMode = sandbox.DoctorChangesetMode(e.sandbox())
 	defer f.Conn.Close()
 	ctx := context.Background()
 	results := preflight.RunAll(ctx, f.Checks())
@@ -158,24 +158,4 @@ func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.R
 		return nil, hintError(err, p, a.profile)
 	}
 	return append(results, preflight.RunAll(ctx, declared)...), nil
-}
-
-// doctorChangesetMode says how a changeset would be made on the engine
-// the checks reached.
-func doctorChangesetMode(e env) func(context.Context, *sandbox.Conn) (string, string) {
-	return func(ctx context.Context, c *sandbox.Conn) (string, string) {
-		want, err := changesetMode()
-		if err != nil {
-			return "", ""
-		}
-		ov, err := c.Engine.OverlayCapable(ctx)
-		if err != nil {
-			return "", ""
-		}
-		mode, why, err := chooseMode(want, ov.OK, ov.Why, []string{e.workspace, e.dirs.State})
-		if err != nil {
-			return "", ""
-		}
-		return string(mode), why
-	}
 }

@@ -94,8 +94,8 @@ func (a *app) launch(cmd *cobra.Command, args []string, f runFlags) (*sandbox.La
 		return nil, usageError{err}
 	}
 	if p.Changeset() {
-		if _, err := changesetMode(); err != nil {
-			return nil, err
+		if err := sandbox.ChangesetMode(); err != nil {
+			return nil, usageError{err}
 		}
 	}
 	return &sandbox.Launch{

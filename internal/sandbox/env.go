@@ -3,9 +3,11 @@
 // checks (preflight), connects to the engine, generates the Compose
 // project, starts what the project needs (the SSH agent, the allowlist
 // gateway, the changeset), runs the sandbox through the runtime and judges
-// what it left (the git guard). It never prints: what a user should see
-// goes to a Reporter, and errors are returned, for the command line to
-// present with what to do about them.
+// what it left (the git guard); and the changesets a run in changeset mode
+// keeps for review (finding one, listing them, their diffs, applying and
+// discarding them). It never prints: what a user should see goes to a
+// Reporter, or is returned for the command line to show, and errors are
+// returned, for the command line to present with what to do about them.
 package sandbox
 
 import (

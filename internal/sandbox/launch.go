@@ -265,6 +265,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 	ran := false
 	defer func() {
 		if !ran {
+			// An error after the sandbox had started: what it wrote is kept.
 			s.dropChangeset(cs)
 		}
 	}()
@@ -286,7 +287,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 			Build:       s.Build,
 			// The image check of preflight has just looked.
 			ImageChecked: true,
-			Copies:       cs.volumeCopies(),
+			Copies:       engineCopies(cs.VolumeCopies()),
 			Ran: func() {
 				ran = true
 				check.begin() // while the engine removes the containers
@@ -301,7 +302,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
 	}
 	if ran && cs != nil {
-		if serr := cs.finish(s.Streams.Err, errors.Is(err, engine.ErrCopyOut)); serr != nil {
+		if serr := cs.Finish(s.Streams.Err, errors.Is(err, engine.ErrCopyOut)); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}
