@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
-	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"go.yaml.in/yaml/v3"
 )
@@ -160,14 +159,10 @@ func MountSource(m profile.Mount, h Host) string {
 // Ports returns the ports p publishes, as the sandbox publishes them: on
 // 127.0.0.1 unless an address is given, and on the host port of the same
 // number unless another is given.
-func Ports(p *profile.Profile) ([]types.ServicePortConfig, error) {
+func Ports(p *profile.Profile) []types.ServicePortConfig {
 	var out []types.ServicePortConfig
 	for _, spec := range p.Ports {
-		ports, err := types.ParsePortConfig(spec)
-		if err != nil {
-			return nil, fmt.Errorf("ports: %q: %w", spec, err)
-		}
-		for _, port := range ports {
+		for _, port := range spec.Bindings {
 			if port.HostIP == "" {
 				port.HostIP = "127.0.0.1"
 			}
@@ -177,7 +172,7 @@ func Ports(p *profile.Profile) ([]types.ServicePortConfig, error) {
 			out = append(out, port)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Generate builds the Compose project that runs p on h. It returns a
@@ -213,14 +208,8 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		svc.Command = append(svc.Command, profile.Expand(c, vars))
 	}
 
-	switch p.User {
-	case "host":
-		svc.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
-	case "root":
-		svc.User = "0:0"
-	default:
-		svc.User = p.User
-	}
+	uid, gid := p.User.IDs(h.UID, h.GID)
+	svc.User = fmt.Sprintf("%d:%d", uid, gid)
 	svc.WorkingDir = p.Workspace.Target
 	svc.Environment = environment(p, h)
 
@@ -264,11 +253,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 
 	svc.CPUS = float32(p.Resources.CPUs)
-	mem, err := units.RAMInBytes(p.Resources.Memory)
-	if err != nil {
-		return nil, fmt.Errorf("resources.memory: %w", err)
-	}
-	svc.MemLimit = types.UnitBytes(mem)
+	svc.MemLimit = types.UnitBytes(p.Resources.Memory)
 	svc.PidsLimit = p.Resources.Pids
 
 	svc.ReadOnly = *p.Security.ReadOnlyRootfs
@@ -280,16 +265,11 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	svc.Init = ptr(*p.Security.Init)
 
-	ports, err := Ports(p)
-	if err != nil {
-		return nil, err
-	}
-	svc.Ports = ports
+	svc.Ports = Ports(p)
 
 	ext := map[string]any{"profile": profileLabel(p), ExtensionDisk: diskCap(p, h)}
-	if p.Resources.Timeout != "" {
-		d, _ := time.ParseDuration(p.Resources.Timeout)
-		ext["timeout"] = d.String()
+	if p.Resources.Timeout > 0 {
+		ext["timeout"] = time.Duration(p.Resources.Timeout).String()
 	}
 	svc.Extensions = types.Extensions{Extension: ext}
 
@@ -368,16 +348,13 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 	}
 	vols := []types.ServiceVolumeConfig{ws}
 
-	tmpSize, err := units.RAMInBytes(p.Resources.Tmp)
-	if err != nil {
-		return nil, nil, fmt.Errorf("resources.tmp: %w", err)
-	}
 	// /tmp and HOME are each capped by resources.disk too: both are in
 	// memory, and resources.memory bounds the two together.
-	tmpSize = min(tmpSize, diskCap(p, h))
+	tmpSize := min(int64(p.Resources.Tmp), diskCap(p, h))
+	uid, gid := p.User.IDs(h.UID, h.GID)
 	tmpfs := types.StringList{
 		fmt.Sprintf("/tmp:size=%d,mode=1777", tmpSize),
-		fmt.Sprintf("%s:size=%d,mode=0700,uid=%d,gid=%d", profile.HomeDir, tmpSize, uidOf(p, h), gidOf(p, h)),
+		fmt.Sprintf("%s:size=%d,mode=0700,uid=%d,gid=%d", profile.HomeDir, tmpSize, uid, gid),
 	}
 
 	matches := slices.Clone(h.Matches)
@@ -478,29 +455,6 @@ func podmanTmpfs(in types.StringList) types.StringList {
 		out = append(out, dst+":"+strings.Join(append(keep, "notmpcopyup"), ","))
 	}
 	return out
-}
-
-func uidOf(p *profile.Profile, h Host) int {
-	switch p.User {
-	case "host":
-		return h.UID
-	case "root":
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.SplitN(p.User, ":", 2)[0])
-	return n
-}
-
-func gidOf(p *profile.Profile, h Host) int {
-	switch p.User {
-	case "host":
-		return h.GID
-	case "root":
-		return 0
-	}
-	parts := strings.SplitN(p.User, ":", 2)
-	n, _ := strconv.Atoi(parts[len(parts)-1])
-	return n
 }
 
 func bind(src, dst string, readOnly bool) types.ServiceVolumeConfig {

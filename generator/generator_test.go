@@ -129,7 +129,7 @@ func cases(t *testing.T) []goldenCase {
 	for _, name := range profiles.Names() {
 		out = append(out, goldenCase{
 			name: "builtin-" + name,
-			load: func() (*profile.Profile, error) { return locs.Load(name, limits) },
+			load: func() (*profile.Profile, error) { return locs.Load(name) },
 		})
 	}
 	err := filepath.WalkDir("../examples", func(path string, d fs.DirEntry, err error) error {
@@ -139,7 +139,7 @@ func cases(t *testing.T) []goldenCase {
 		slug := strings.NewReplacer("../examples/", "", "/", "-", ".yaml", "").Replace(path)
 		out = append(out, goldenCase{
 			name: "example-" + strings.ReplaceAll(slug, ".propio-", ""),
-			load: func() (*profile.Profile, error) { return locs.Load(path, limits) },
+			load: func() (*profile.Profile, error) { return locs.Load(path) },
 		})
 		return nil
 	})
@@ -150,7 +150,7 @@ func cases(t *testing.T) []goldenCase {
 	for _, path := range custom {
 		out = append(out, goldenCase{
 			name: filepath.Base(filepath.Dir(path)),
-			load: func() (*profile.Profile, error) { return locs.Load(path, limits) },
+			load: func() (*profile.Profile, error) { return locs.Load(path) },
 		})
 	}
 	for i := range out {
@@ -265,7 +265,7 @@ func TestSecretsNeverRendered(t *testing.T) {
 	t.Setenv("OPENROUTER_API_KEY", secret)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret+"-aws")
 	t.Setenv("OLLAMA_HOST", secret+"-ollama") // passed host value wins over env.set, by name only
-	p, err := profile.Locations{}.Load("../examples/node-agent/.propio/sandbox.yaml", limits)
+	p, err := profile.Locations{}.Load("../examples/node-agent/.propio/sandbox.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestMissingMountSource(t *testing.T) {
 	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Locations{}.Load(file, limits)
+	p, err := profile.Locations{}.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestPickSubnet(t *testing.T) {
 }
 
 func TestAllowlistOutsideNetwork(t *testing.T) {
-	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"), limits)
+	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestAllowlistOutsideNetwork(t *testing.T) {
 }
 
 func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
-	p, err := profile.Locations{}.Load("strict", limits)
+	p, err := profile.Locations{}.Load("strict")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 }
 
 func TestPodmanOptions(t *testing.T) {
-	p, err := profile.Locations{}.Load("open", limits)
+	p, err := profile.Locations{}.Load("open")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestDiskCap(t *testing.T) {
 	if err := os.WriteFile(path, []byte("image: a\nresources: {tmp: 3g, disk: 2g}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Locations{}.LoadFile(path, limits)
+	p, err := profile.Locations{}.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,12 +265,7 @@ func (c *checker) resources(context.Context) Result {
 	if c.Limits.CPUs > 0 && r.CPUs > c.Limits.CPUs {
 		problems = append(problems, fmt.Sprintf("cpus %g is more than this host's %g cores", r.CPUs, c.Limits.CPUs))
 	}
-	mem, err := units.RAMInBytes(r.Memory)
-	switch {
-	case r.Memory == "":
-	case err != nil:
-		problems = append(problems, fmt.Sprintf("memory %q is not a size", r.Memory))
-	case c.Limits.Memory > 0 && mem > c.Limits.Memory:
+	if c.Limits.Memory > 0 && int64(r.Memory) > c.Limits.Memory {
 		problems = append(problems, fmt.Sprintf("memory %s is more than this host's %s", r.Memory, units.BytesSize(float64(c.Limits.Memory))))
 	}
 	if len(problems) > 0 {
@@ -336,12 +331,8 @@ func cmpMode(m sshagent.Mode) sshagent.Mode {
 }
 
 func (c *checker) ports(context.Context) Result {
-	ports, err := generator.Ports(c.Profile)
-	if err != nil {
-		return fail(err.Error(), "fix ports in "+c.file())
-	}
 	var taken, free []string
-	for _, p := range ports {
+	for _, p := range generator.Ports(c.Profile) {
 		lo, hi, err := portRange(p.Published)
 		if err != nil {
 			return fail(fmt.Sprintf("ports: host port %q: %v", p.Published, err), "fix ports in "+c.file())

@@ -2,13 +2,11 @@ package sandbox
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
@@ -63,7 +61,7 @@ func (s *launch) declaredChecks() []preflight.Check {
 }
 
 func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) preflight.Result {
-	timeout, _ := time.ParseDuration(cmp.Or(c.Timeout, profile.DefaultCheckTimeout)) // Check has parsed it
+	timeout := c.Deadline()
 	hints := []string{
 		"fix what the check reports, then run again",
 		"or skip it for this run: propio-sandbox run --skip-checks \"" + c.Name + "\"",

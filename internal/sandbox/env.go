@@ -46,9 +46,16 @@ func LoadEnv() (Env, error) {
 }
 
 // Load loads the profile ref selects (a name, a path, or "" for the
-// workspace's or the default one).
+// workspace's or the default one), and fits the cpus and memory it leaves
+// to the defaults to this host. What it asks for itself loads the same on
+// every host: preflight judges it against this one.
 func (e Env) Load(ref string) (*profile.Profile, error) {
-	return e.Locs.Load(ref, hostinfo.Limits())
+	p, err := e.Locs.Load(ref)
+	if err != nil {
+		return nil, err
+	}
+	p.FitDefaults(hostinfo.Limits())
+	return p, nil
 }
 
 // GrantHost are the host facts that mount sources are judged on, with the

@@ -114,9 +114,7 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 // the profile that only the host reveals shows before anything starts.
 func (s *launch) prepare(name string) error {
 	p := s.Profile
-	if p.Resources.Timeout != "" {
-		s.timeout, _ = time.ParseDuration(p.Resources.Timeout) // Check has parsed it
-	}
+	s.timeout = time.Duration(p.Resources.Timeout) // 0: none
 	s.opts = generator.Options{Project: name, Command: s.Command}
 	if p.Network.Mode == "allowlist" {
 		if err := GatewayOptions(&s.opts, s.Env.Dirs); err != nil {
