@@ -53,7 +53,8 @@ type Host struct {
 	EmptyFile string
 	// Matches are the workspace entries matched by workspace.readonly and workspace.hide.
 	Matches []Match
-	// Exists holds the host paths, among mount sources, that exist.
+	// Exists holds the host paths, among mount sources, that exist: an
+	// optional mount whose source is not there is left out.
 	Exists map[string]bool
 	// LogDir is the host directory of the allowlist gateways' decision logs.
 	LogDir string
@@ -177,7 +178,9 @@ func Ports(p *profile.Profile) []types.ServicePortConfig {
 
 // Generate builds the Compose project that runs p on h. It returns a
 // profile.List of positioned problems for what only the host can reveal (a
-// missing mount source).
+// mount target that is not absolute once expanded). A required mount whose
+// source does not exist is in the project all the same: preflight's mounts
+// check says so, and run refuses to start.
 func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	if !filepath.IsAbs(h.Workspace) {
 		return nil, fmt.Errorf("workspace %q is not an absolute path", h.Workspace)
@@ -393,19 +396,12 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 		}
 	}
 
+	// A required source that does not exist is mounted all the same:
+	// preflight refuses to run without it (the engine never creates it).
 	var errs profile.List
 	for i, m := range p.Mounts {
 		src := MountSource(m, h)
-		if !h.Exists[src] {
-			if m.Optional {
-				continue
-			}
-			pos := p.Pos("mounts", strconv.Itoa(i), "source")
-			errs = append(errs, &profile.Error{
-				Pos: pos, Field: fmt.Sprintf("mounts[%d].source", i),
-				Msg:  fmt.Sprintf("%s does not exist", src),
-				Hint: "create it, or mark the mount optional: true (a missing source is never created)",
-			})
+		if m.Optional && !h.Exists[src] {
 			continue
 		}
 		dst := profile.Expand(m.Target, h.Vars())

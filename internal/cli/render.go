@@ -9,6 +9,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/fsutil"
+	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
@@ -42,6 +43,10 @@ The output is deterministic and loads with any Compose implementation.`,
 			}
 			if missing := missingRequired(p); len(missing) > 0 {
 				fmt.Fprintf(a.stderr, "%s: warning: required environment variables are not set: %s; run will refuse to start\n", name, strings.Join(missing, ", "))
+			}
+			missing, _ := preflight.MissingMounts(p, e.sandbox().BuildHost(), os.Stat)
+			for _, m := range missing {
+				fmt.Fprintf(a.stderr, "%s: warning: %s; run will refuse to start\n", name, m)
 			}
 			if output == "" || output == "-" {
 				_, err := a.stdout.Write(out)

@@ -274,23 +274,33 @@ func (c *checker) resources(context.Context) Result {
 	return pass(fmt.Sprintf("cpus %g and memory %s fit this host", r.CPUs, r.Memory))
 }
 
-func (c *checker) mounts(context.Context) Result {
-	var missing []string
-	n := 0
-	for i, m := range c.Profile.Mounts {
-		src := generator.MountSource(m, c.Host)
-		if _, err := c.Stat(src); err != nil {
+// MountsHint is what to do about a required mount source that does not exist.
+const MountsHint = "create it, or mark the mount optional: true (a missing source is never created)"
+
+// MissingMounts are the required mounts of p whose source does not exist
+// on h (stat says), each as FILE:LINE:COL: mounts[I].source: SRC does not
+// exist; and how many sources exist. This check owns that failure: the
+// generator mounts a required source whether it exists or not.
+func MissingMounts(p *profile.Profile, h generator.Host, stat func(string) (fs.FileInfo, error)) (missing []string, exist int) {
+	for i, m := range p.Mounts {
+		src := generator.MountSource(m, h)
+		if _, err := stat(src); err != nil {
 			if m.Optional {
 				continue
 			}
-			pos := c.Profile.Pos("mounts", strconv.Itoa(i), "source")
+			pos := p.Pos("mounts", strconv.Itoa(i), "source")
 			missing = append(missing, fmt.Sprintf("%s: mounts[%d].source: %s does not exist", pos, i, src))
 			continue
 		}
-		n++
+		exist++
 	}
+	return missing, exist
+}
+
+func (c *checker) mounts(context.Context) Result {
+	missing, n := MissingMounts(c.Profile, c.Host, c.Stat)
 	if len(missing) > 0 {
-		return fail(strings.Join(missing, "; "), "create it, or mark the mount optional: true (a missing source is never created)")
+		return fail(strings.Join(missing, "; "), MountsHint)
 	}
 	return pass(fmt.Sprintf("%d mount source(s) exist", n))
 }
