@@ -91,7 +91,7 @@ func credentials(p *profile.Profile, h Host, svc *types.ServiceConfig) {
 	for _, m := range h.ExtraMounts {
 		svc.Volumes = append(svc.Volumes, bind(m.Source, m.Target, m.ReadOnly))
 	}
-	if h.KeepID && p.User.IsHost() {
+	if h.Engine.KeepID && p.User.IsHost() {
 		svc.UserNSMode = "keep-id"
 	}
 }

@@ -156,7 +156,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	// capability to listen on ports 53, 80 and 443, as its network namespace
 	// lets anyone bind them.
 	g.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
-	if h.KeepID {
+	if h.Engine.KeepID {
 		g.UserNSMode = "keep-id"
 	}
 	g.Sysctls = types.Mapping{"net.ipv4.ip_unprivileged_port_start": "0"}
@@ -192,8 +192,8 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	// As every container of a sandbox (the gateway runs no git; this keeps
 	// the rule without exceptions).
 	g.Environment = types.MappingWithEquals{"GIT_DISCOVERY_ACROSS_FILESYSTEM": ptr("1")}
-	if *p.Network.HostGateway && !h.Podman {
-		g.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
+	if *p.Network.HostGateway {
+		g.ExtraHosts = h.Engine.hostGateway()
 	}
 	project.Services[GatewayService] = g
 
@@ -222,10 +222,10 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 
 // kernelForwarding reports whether the gateway forwards allowed names in
 // its kernel: not under a bandwidth cap, which only its user-space relay
-// enforces, and not on Podman (whose keep-id mapping, KeepID, comes only
-// with it), which refuses allowlists anyway.
+// enforces, and not on an engine where it relays in user space only
+// (EngineFacts.UserSpaceGateway).
 func kernelForwarding(p *profile.Profile, h Host) bool {
-	return p.Network.Bandwidth == "" && !h.Podman
+	return p.Network.Bandwidth == "" && !h.Engine.UserSpaceGateway
 }
 
 // ResolvConfName is the file, in Host.ResolvDir, that points a sandbox's DNS

@@ -74,12 +74,8 @@ type Host struct {
 	Passwd, Group string
 	// ExtraMounts are the user's mounts for this launch.
 	ExtraMounts []ExtraMount
-	// KeepID: the engine is a rootless Podman, whose user namespace must map
-	// the user to itself (userns_mode keep-id) for files written in the
-	// workspace to stay the user's.
-	KeepID bool
-	// Podman: the engine is Podman, whose options differ from Docker's.
-	Podman bool
+	// Engine says what differs for the engine that runs the project.
+	Engine EngineFacts
 	// TestDisk is PROPIO_SANDBOX_TEST_DISK, for tests only: a cap on what
 	// the sandbox writes below the 1g that resources.disk allows, so that a
 	// test reaches it quickly. It only ever lowers the profile's cap; 0 for
@@ -222,10 +218,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		return nil, err
 	}
 	svc.Volumes = vols
-	svc.Tmpfs = tmpfs
-	if h.Podman {
-		svc.Tmpfs = podmanTmpfs(tmpfs)
-	}
+	svc.Tmpfs = h.Engine.tmpfs(tmpfs)
 	credentials(p, h, &svc)
 	guardMounts(p, h, &svc)
 
@@ -248,10 +241,8 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		// for each run costs more than a quarter of the launch time (0.57 s
 		// against 0.44 s for docker run here).
 		svc.NetworkMode = "bridge"
-		// Podman before 4.7 has no host-gateway; it names the host
-		// host.containers.internal itself.
-		if *p.Network.HostGateway && !h.Podman {
-			svc.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
+		if *p.Network.HostGateway {
+			svc.ExtraHosts = h.Engine.hostGateway()
 		}
 	}
 
@@ -425,32 +416,6 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 		return nil, nil, errs
 	}
 	return vols, tmpfs, nil
-}
-
-// podmanTmpfs says Docker's tmpfs options in Podman's words: Podman refuses
-// uid= and gid= (U gives the tmpfs to the container's user instead), and,
-// unless told notmpcopyup, copies what the image has at the mount point into
-// the tmpfs, which would show a hidden directory's contents.
-func podmanTmpfs(in types.StringList) types.StringList {
-	out := make(types.StringList, 0, len(in))
-	for _, t := range in {
-		dst, opts, _ := strings.Cut(t, ":")
-		var keep []string
-		chown := false
-		for _, o := range strings.Split(opts, ",") {
-			switch {
-			case strings.HasPrefix(o, "uid="), strings.HasPrefix(o, "gid="):
-				chown = true
-			case o != "":
-				keep = append(keep, o)
-			}
-		}
-		if chown {
-			keep = append(keep, "U")
-		}
-		out = append(out, dst+":"+strings.Join(append(keep, "notmpcopyup"), ","))
-	}
-	return out
 }
 
 func bind(src, dst string, readOnly bool) types.ServiceVolumeConfig {

@@ -414,7 +414,7 @@ func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 	}
 	h := fixtureHost(t, p)
 	for _, keep := range []bool{false, true} {
-		h.KeepID = keep
+		h.Engine.KeepID = keep
 		proj, err := generator.Generate(p, h, generator.Options{Project: project})
 		if err != nil {
 			t.Fatal(err)
@@ -437,7 +437,7 @@ func TestPodmanOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := fixtureHost(t, p)
-	h.Podman = true
+	h.Engine = generator.EngineFacts{TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true} // Podman's
 	h.Matches = append(h.Matches, generator.Match{Path: "secrets", Dir: true, Hide: true})
 	proj, err := generator.Generate(p, h, generator.Options{Project: project})
 	if err != nil {

@@ -99,6 +99,6 @@ func (a *app) renderProject(e env, p *profile.Profile, command []string) (*types
 		reporter{a.stderr}.Warn(w)
 	}
 	// Podman's options differ; render shows them when the engine is named.
-	podman := func(h *generator.Host) { h.Podman = cmp.Or(a.engine, p.Engine) == sandbox.Podman }
-	return plan.Generate(o, podman)
+	facts := func(h *generator.Host) { h.Engine = sandbox.EngineFactsOf(cmp.Or(a.engine, p.Engine)) }
+	return plan.Generate(o, facts)
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"os"
 
+	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -95,6 +96,11 @@ const (
 	Docker = engine.Docker
 	Podman = engine.Podman
 )
+
+// EngineFactsOf are the engine facts of an engine of kind (Auto is taken
+// for Docker), for a render, which asks no engine: a rootless Podman's
+// keep-id is known only to a launch.
+func EngineFactsOf(kind string) generator.EngineFacts { return engine.FactsOf(kind, false) }
 
 var errNoEngine = errors.New("not connected to an engine")
 

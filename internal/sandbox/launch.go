@@ -355,8 +355,6 @@ type SSHModeError struct{ Err error }
 func (e *SSHModeError) Error() string { return e.Err.Error() }
 func (e *SSHModeError) Unwrap() error { return e.Err }
 
-// engineFacts puts what differs on the launch's engine into the host facts.
-func (s *launch) engineFacts(h *generator.Host) {
-	h.Podman = s.eng.Kind == engine.Podman
-	h.KeepID = h.Podman && s.eng.Rootless
-}
+// engineFacts puts what differs on the launch's engine, as the engine
+// reports it, into the host facts.
+func (s *launch) engineFacts(h *generator.Host) { h.Engine = s.eng.Facts() }
