@@ -99,13 +99,13 @@ func GatewayAddr(subnet netip.Prefix) netip.Addr {
 }
 
 // allowlist adds the gateway and both networks to project, and puts the
-// agent behind them.
-func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, agent *types.ServiceConfig) error {
+// agent behind them. It returns the gateway as the extension says it.
+func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, agent *types.ServiceConfig) (*ExtensionGateway, error) {
 	subnet := o.Subnet
 	if !subnet.IsValid() {
 		var err error
 		if subnet, err = PickSubnet(o.Project, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	gw := GatewayAddr(subnet)
@@ -114,7 +114,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		image = DefaultGatewayImage
 	}
 	if h.LogDir == "" {
-		return fmt.Errorf("network.mode allowlist: no directory for the gateway's log")
+		return nil, fmt.Errorf("network.mode allowlist: no directory for the gateway's log")
 	}
 
 	project.Networks = types.Networks{
@@ -217,7 +217,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	} {
 		agent.Environment[k] = ptr(v)
 	}
-	return nil
+	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project)}, nil
 }
 
 // kernelForwarding reports whether the gateway forwards allowed names in

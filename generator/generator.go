@@ -33,12 +33,6 @@ const Service = "agent"
 const (
 	LabelProfile   = "dev.propio-sandbox.profile"
 	LabelWorkspace = "dev.propio-sandbox.workspace"
-	// Extension is the service extension that carries settings the engine
-	// applies itself (such as the timeout, and the disk cap).
-	Extension = "x-propio-sandbox"
-	// ExtensionDisk is the key, in Extension, of the cap in bytes on what
-	// the sandbox writes (resources.disk).
-	ExtensionDisk = "disk"
 )
 
 // Host is what the generator knows of the machine, gathered beforehand.
@@ -261,18 +255,18 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 
 	svc.Ports = Ports(p)
 
-	ext := map[string]any{"profile": profileLabel(p), ExtensionDisk: diskCap(p, h)}
-	if p.Resources.Timeout > 0 {
-		ext["timeout"] = time.Duration(p.Resources.Timeout).String()
+	ext := Extension{Profile: profileLabel(p), Disk: diskCap(p, h), Timeout: time.Duration(p.Resources.Timeout)}
+	if cs := h.Changeset; cs != nil {
+		ext.Changeset = cs.extension()
 	}
-	svc.Extensions = types.Extensions{Extension: ext}
 
 	project.Services = types.Services{}
 	if p.Network.Mode == "allowlist" {
-		if err := allowlist(project, p, h, o, &svc); err != nil {
+		if ext.Gateway, err = allowlist(project, p, h, o, &svc); err != nil {
 			return nil, err
 		}
 	}
+	svc.Extensions = types.Extensions{ExtensionKey: ext.value()}
 	project.Services[Service] = svc
 	return project, nil
 }
@@ -288,20 +282,13 @@ func diskCap(p *profile.Profile, h Host) int64 {
 }
 
 // DiskCap reads the cap on what the sandbox writes, in bytes, from a
-// service's extension; 0 when it has none.
+// service's extension; 0 when it has none, or none that reads.
 func DiskCap(svc types.ServiceConfig) int64 {
-	ext, _ := svc.Extensions[Extension].(map[string]any)
-	switch v := ext[ExtensionDisk].(type) {
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	case uint64:
-		return int64(v)
-	case float64:
-		return int64(v)
+	ext, err := readExtension(svc)
+	if err != nil {
+		return 0
 	}
-	return 0
+	return ext.Disk
 }
 
 // profileLabel names the profile's file the same way however it was asked

@@ -82,9 +82,11 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 			cs.Mode = generator.ChangesetCopy
 		}
 		for _, m := range generator.ChangesetMounts(p, h) {
+			dir := "/home/dev/.local/state/propio-sandbox/changesets/" + cs.ID + "/" + m.Name
 			if cs.Mode == generator.ChangesetOverlay {
-				dir := "/home/dev/.local/state/propio-sandbox/changesets/" + cs.ID + "/" + m.Name
 				m.UpperDir, m.WorkDir = dir+"/upper", dir+"/work"
+			} else {
+				m.CopyIn, m.CopyOut = m.Source, dir+"/tree"
 			}
 			cs.Mounts = append(cs.Mounts, m)
 		}

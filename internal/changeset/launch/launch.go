@@ -318,6 +318,7 @@ func (l *Changeset) realise(mounts []generator.ChangesetMount, userXattr bool) e
 			if l.sealed {
 				from = cs.TreeDir(m.Name) // what the last run left
 			}
+			m.CopyIn, m.CopyOut = from, cs.TreeDir(m.Name) // for the project's extension
 			l.copies = append(l.copies, VolumeCopy{Volume: "changeset-" + m.Name, From: from, To: cs.TreeDir(m.Name)})
 		}
 		l.gen.Mounts = append(l.gen.Mounts, m)
