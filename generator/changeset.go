@@ -49,7 +49,26 @@ type ChangesetMount struct {
 	Target string // where the sandbox sees it
 	// UpperDir and WorkDir are the overlay's directories on the host (overlay only).
 	UpperDir, WorkDir string
+	// CopyIn and CopyOut are, for a copy, the host directory copied into
+	// its volume before the run (the source, or what the last run left),
+	// and the one the volume's content replaces after it.
+	CopyIn, CopyOut string
 }
+
+// extension is the changeset as the x-propio-sandbox extension says it.
+func (cs *Changeset) extension() *ExtensionChangeset {
+	e := &ExtensionChangeset{ID: cs.ID, Mode: cs.Mode}
+	if cs.Mode == ChangesetCopy {
+		for _, m := range cs.Mounts {
+			e.Copies = append(e.Copies, VolumeCopy{Volume: ChangesetVolumeKey(m.Name), In: m.CopyIn, Out: m.CopyOut})
+		}
+	}
+	return e
+}
+
+// ChangesetVolumeKey is the key, in the project's volumes, of the volume
+// of a changeset's mount.
+func ChangesetVolumeKey(mount string) string { return "changeset-" + mount }
 
 // ChangesetMounts lists the directories of p that are in changeset mode, with
 // their names, sources (as the profile says them: the caller resolves
@@ -95,7 +114,7 @@ func changesetMount(project *types.Project, h Host, name, target string) (types.
 	if m == nil {
 		return types.ServiceVolumeConfig{}, false, nil
 	}
-	key := "changeset-" + name
+	key := ChangesetVolumeKey(name)
 	vol := types.VolumeConfig{
 		Name:   ChangesetVolume(project.Name, name),
 		Driver: "local",

@@ -13,7 +13,7 @@ import (
 // directories at colons. Generate refuses it, naming the directory.
 func TestChangesetOverlayPathRefused(t *testing.T) {
 	t.Parallel()
-	p, err := profile.Locations{}.Load("testdata/changeset-copy/profile.yaml", limits)
+	p, err := profile.Locations{}.Load("testdata/changeset-copy/profile.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

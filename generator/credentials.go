@@ -85,13 +85,13 @@ func credentials(p *profile.Profile, h Host, svc *types.ServiceConfig) {
 			dual(h.KnownHosts)
 		}
 	}
-	if p.User == "host" && h.Passwd != "" && h.Group != "" {
+	if p.User.IsHost() && h.Passwd != "" && h.Group != "" {
 		svc.Volumes = append(svc.Volumes, bind(h.Passwd, "/etc/passwd", true), bind(h.Group, "/etc/group", true))
 	}
 	for _, m := range h.ExtraMounts {
 		svc.Volumes = append(svc.Volumes, bind(m.Source, m.Target, m.ReadOnly))
 	}
-	if h.KeepID && p.User == "host" {
+	if h.Engine.KeepID && p.User.IsHost() {
 		svc.UserNSMode = "keep-id"
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
 
@@ -98,13 +99,13 @@ func GatewayAddr(subnet netip.Prefix) netip.Addr {
 }
 
 // allowlist adds the gateway and both networks to project, and puts the
-// agent behind them.
-func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, agent *types.ServiceConfig) error {
+// agent behind them. It returns the gateway as the extension says it.
+func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, agent *types.ServiceConfig) (*ExtensionGateway, error) {
 	subnet := o.Subnet
 	if !subnet.IsValid() {
 		var err error
 		if subnet, err = PickSubnet(o.Project, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	gw := GatewayAddr(subnet)
@@ -113,7 +114,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		image = DefaultGatewayImage
 	}
 	if h.LogDir == "" {
-		return fmt.Errorf("network.mode allowlist: no directory for the gateway's log")
+		return nil, fmt.Errorf("network.mode allowlist: no directory for the gateway's log")
 	}
 
 	project.Networks = types.Networks{
@@ -134,7 +135,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		project.Networks[OutsideNetwork] = types.NetworkConfig{Name: o.Project + "_" + OutsideNetwork, Labels: types.Labels{LabelWorkspace: h.Workspace}}
 	}
 
-	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, LogFile(o.Project)), "--profile", egressSource(p)}
+	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, decisionlog.FileName(o.Project)), "--profile", egressSource(p)}
 	for _, r := range p.Network.Allow {
 		command = append(command, "--allow", r)
 	}
@@ -155,7 +156,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	// capability to listen on ports 53, 80 and 443, as its network namespace
 	// lets anyone bind them.
 	g.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
-	if h.KeepID {
+	if h.Engine.KeepID {
 		g.UserNSMode = "keep-id"
 	}
 	g.Sysctls = types.Mapping{"net.ipv4.ip_unprivileged_port_start": "0"}
@@ -191,8 +192,8 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	// As every container of a sandbox (the gateway runs no git; this keeps
 	// the rule without exceptions).
 	g.Environment = types.MappingWithEquals{"GIT_DISCOVERY_ACROSS_FILESYSTEM": ptr("1")}
-	if *p.Network.HostGateway && !h.Podman {
-		g.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
+	if *p.Network.HostGateway {
+		g.ExtraHosts = h.Engine.hostGateway()
 	}
 	project.Services[GatewayService] = g
 
@@ -216,15 +217,15 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	} {
 		agent.Environment[k] = ptr(v)
 	}
-	return nil
+	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project)}, nil
 }
 
 // kernelForwarding reports whether the gateway forwards allowed names in
 // its kernel: not under a bandwidth cap, which only its user-space relay
-// enforces, and not on Podman (whose keep-id mapping, KeepID, comes only
-// with it), which refuses allowlists anyway.
+// enforces, and not on an engine where it relays in user space only
+// (EngineFacts.UserSpaceGateway).
 func kernelForwarding(p *profile.Profile, h Host) bool {
-	return p.Network.Bandwidth == "" && !h.Podman
+	return p.Network.Bandwidth == "" && !h.Engine.UserSpaceGateway
 }
 
 // ResolvConfName is the file, in Host.ResolvDir, that points a sandbox's DNS
@@ -235,9 +236,6 @@ func ResolvConfName(addr netip.Addr) string { return "gateway-" + addr.String() 
 func ResolvConf(addr netip.Addr) string {
 	return "# written by propio-sandbox: this sandbox's only resolver is its egress gateway\nnameserver " + addr.String() + "\noptions ndots:0\n"
 }
-
-// LogFile is the name of a sandbox's gateway log in the log directory.
-func LogFile(project string) string { return project + ".jsonl" }
 
 // egressSource is where the profile's allow list is, for the gateway's
 // denial hints: FILE:LINE of network.allow, or of network, or the file.

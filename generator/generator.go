@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
-	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"go.yaml.in/yaml/v3"
 )
@@ -34,12 +33,6 @@ const Service = "agent"
 const (
 	LabelProfile   = "dev.propio-sandbox.profile"
 	LabelWorkspace = "dev.propio-sandbox.workspace"
-	// Extension is the service extension that carries settings the engine
-	// applies itself (such as the timeout, and the disk cap).
-	Extension = "x-propio-sandbox"
-	// ExtensionDisk is the key, in Extension, of the cap in bytes on what
-	// the sandbox writes (resources.disk).
-	ExtensionDisk = "disk"
 )
 
 // Host is what the generator knows of the machine, gathered beforehand.
@@ -54,7 +47,8 @@ type Host struct {
 	EmptyFile string
 	// Matches are the workspace entries matched by workspace.readonly and workspace.hide.
 	Matches []Match
-	// Exists holds the host paths, among mount sources, that exist.
+	// Exists holds the host paths, among mount sources, that exist: an
+	// optional mount whose source is not there is left out.
 	Exists map[string]bool
 	// LogDir is the host directory of the allowlist gateways' decision logs.
 	LogDir string
@@ -74,12 +68,8 @@ type Host struct {
 	Passwd, Group string
 	// ExtraMounts are the user's mounts for this launch.
 	ExtraMounts []ExtraMount
-	// KeepID: the engine is a rootless Podman, whose user namespace must map
-	// the user to itself (userns_mode keep-id) for files written in the
-	// workspace to stay the user's.
-	KeepID bool
-	// Podman: the engine is Podman, whose options differ from Docker's.
-	Podman bool
+	// Engine says what differs for the engine that runs the project.
+	Engine EngineFacts
 	// TestDisk is PROPIO_SANDBOX_TEST_DISK, for tests only: a cap on what
 	// the sandbox writes below the 1g that resources.disk allows, so that a
 	// test reaches it quickly. It only ever lowers the profile's cap; 0 for
@@ -160,14 +150,10 @@ func MountSource(m profile.Mount, h Host) string {
 // Ports returns the ports p publishes, as the sandbox publishes them: on
 // 127.0.0.1 unless an address is given, and on the host port of the same
 // number unless another is given.
-func Ports(p *profile.Profile) ([]types.ServicePortConfig, error) {
+func Ports(p *profile.Profile) []types.ServicePortConfig {
 	var out []types.ServicePortConfig
 	for _, spec := range p.Ports {
-		ports, err := types.ParsePortConfig(spec)
-		if err != nil {
-			return nil, fmt.Errorf("ports: %q: %w", spec, err)
-		}
-		for _, port := range ports {
+		for _, port := range spec.Bindings {
 			if port.HostIP == "" {
 				port.HostIP = "127.0.0.1"
 			}
@@ -177,12 +163,14 @@ func Ports(p *profile.Profile) ([]types.ServicePortConfig, error) {
 			out = append(out, port)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Generate builds the Compose project that runs p on h. It returns a
 // profile.List of positioned problems for what only the host can reveal (a
-// missing mount source).
+// mount target that is not absolute once expanded). A required mount whose
+// source does not exist is in the project all the same: preflight's mounts
+// check says so, and run refuses to start.
 func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	if !filepath.IsAbs(h.Workspace) {
 		return nil, fmt.Errorf("workspace %q is not an absolute path", h.Workspace)
@@ -213,14 +201,8 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		svc.Command = append(svc.Command, profile.Expand(c, vars))
 	}
 
-	switch p.User {
-	case "host":
-		svc.User = fmt.Sprintf("%d:%d", h.UID, h.GID)
-	case "root":
-		svc.User = "0:0"
-	default:
-		svc.User = p.User
-	}
+	uid, gid := p.User.IDs(h.UID, h.GID)
+	svc.User = fmt.Sprintf("%d:%d", uid, gid)
 	svc.WorkingDir = p.Workspace.Target
 	svc.Environment = environment(p, h)
 
@@ -230,10 +212,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		return nil, err
 	}
 	svc.Volumes = vols
-	svc.Tmpfs = tmpfs
-	if h.Podman {
-		svc.Tmpfs = podmanTmpfs(tmpfs)
-	}
+	svc.Tmpfs = h.Engine.tmpfs(tmpfs)
 	credentials(p, h, &svc)
 	guardMounts(p, h, &svc)
 
@@ -256,19 +235,13 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		// for each run costs more than a quarter of the launch time (0.57 s
 		// against 0.44 s for docker run here).
 		svc.NetworkMode = "bridge"
-		// Podman before 4.7 has no host-gateway; it names the host
-		// host.containers.internal itself.
-		if *p.Network.HostGateway && !h.Podman {
-			svc.ExtraHosts = types.HostsList{"host.docker.internal": []string{"host-gateway"}}
+		if *p.Network.HostGateway {
+			svc.ExtraHosts = h.Engine.hostGateway()
 		}
 	}
 
 	svc.CPUS = float32(p.Resources.CPUs)
-	mem, err := units.RAMInBytes(p.Resources.Memory)
-	if err != nil {
-		return nil, fmt.Errorf("resources.memory: %w", err)
-	}
-	svc.MemLimit = types.UnitBytes(mem)
+	svc.MemLimit = types.UnitBytes(p.Resources.Memory)
 	svc.PidsLimit = p.Resources.Pids
 
 	svc.ReadOnly = *p.Security.ReadOnlyRootfs
@@ -280,25 +253,20 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	svc.Init = ptr(*p.Security.Init)
 
-	ports, err := Ports(p)
-	if err != nil {
-		return nil, err
-	}
-	svc.Ports = ports
+	svc.Ports = Ports(p)
 
-	ext := map[string]any{"profile": profileLabel(p), ExtensionDisk: diskCap(p, h)}
-	if p.Resources.Timeout != "" {
-		d, _ := time.ParseDuration(p.Resources.Timeout)
-		ext["timeout"] = d.String()
+	ext := Extension{Profile: profileLabel(p), Disk: diskCap(p, h), Timeout: time.Duration(p.Resources.Timeout)}
+	if cs := h.Changeset; cs != nil {
+		ext.Changeset = cs.extension()
 	}
-	svc.Extensions = types.Extensions{Extension: ext}
 
 	project.Services = types.Services{}
 	if p.Network.Mode == "allowlist" {
-		if err := allowlist(project, p, h, o, &svc); err != nil {
+		if ext.Gateway, err = allowlist(project, p, h, o, &svc); err != nil {
 			return nil, err
 		}
 	}
+	svc.Extensions = types.Extensions{ExtensionKey: ext.value()}
 	project.Services[Service] = svc
 	return project, nil
 }
@@ -314,20 +282,13 @@ func diskCap(p *profile.Profile, h Host) int64 {
 }
 
 // DiskCap reads the cap on what the sandbox writes, in bytes, from a
-// service's extension; 0 when it has none.
+// service's extension; 0 when it has none, or none that reads.
 func DiskCap(svc types.ServiceConfig) int64 {
-	ext, _ := svc.Extensions[Extension].(map[string]any)
-	switch v := ext[ExtensionDisk].(type) {
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	case uint64:
-		return int64(v)
-	case float64:
-		return int64(v)
+	ext, err := readExtension(svc)
+	if err != nil {
+		return 0
 	}
-	return 0
+	return ext.Disk
 }
 
 // profileLabel names the profile's file the same way however it was asked
@@ -368,16 +329,13 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 	}
 	vols := []types.ServiceVolumeConfig{ws}
 
-	tmpSize, err := units.RAMInBytes(p.Resources.Tmp)
-	if err != nil {
-		return nil, nil, fmt.Errorf("resources.tmp: %w", err)
-	}
 	// /tmp and HOME are each capped by resources.disk too: both are in
 	// memory, and resources.memory bounds the two together.
-	tmpSize = min(tmpSize, diskCap(p, h))
+	tmpSize := min(int64(p.Resources.Tmp), diskCap(p, h))
+	uid, gid := p.User.IDs(h.UID, h.GID)
 	tmpfs := types.StringList{
 		fmt.Sprintf("/tmp:size=%d,mode=1777", tmpSize),
-		fmt.Sprintf("%s:size=%d,mode=0700,uid=%d,gid=%d", profile.HomeDir, tmpSize, uidOf(p, h), gidOf(p, h)),
+		fmt.Sprintf("%s:size=%d,mode=0700,uid=%d,gid=%d", profile.HomeDir, tmpSize, uid, gid),
 	}
 
 	matches := slices.Clone(h.Matches)
@@ -416,19 +374,12 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 		}
 	}
 
+	// A required source that does not exist is mounted all the same:
+	// preflight refuses to run without it (the engine never creates it).
 	var errs profile.List
 	for i, m := range p.Mounts {
 		src := MountSource(m, h)
-		if !h.Exists[src] {
-			if m.Optional {
-				continue
-			}
-			pos := p.Pos("mounts", strconv.Itoa(i), "source")
-			errs = append(errs, &profile.Error{
-				Pos: pos, Field: fmt.Sprintf("mounts[%d].source", i),
-				Msg:  fmt.Sprintf("%s does not exist", src),
-				Hint: "create it, or mark the mount optional: true (a missing source is never created)",
-			})
+		if m.Optional && !h.Exists[src] {
 			continue
 		}
 		dst := profile.Expand(m.Target, h.Vars())
@@ -452,55 +403,6 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 		return nil, nil, errs
 	}
 	return vols, tmpfs, nil
-}
-
-// podmanTmpfs says Docker's tmpfs options in Podman's words: Podman refuses
-// uid= and gid= (U gives the tmpfs to the container's user instead), and,
-// unless told notmpcopyup, copies what the image has at the mount point into
-// the tmpfs, which would show a hidden directory's contents.
-func podmanTmpfs(in types.StringList) types.StringList {
-	out := make(types.StringList, 0, len(in))
-	for _, t := range in {
-		dst, opts, _ := strings.Cut(t, ":")
-		var keep []string
-		chown := false
-		for _, o := range strings.Split(opts, ",") {
-			switch {
-			case strings.HasPrefix(o, "uid="), strings.HasPrefix(o, "gid="):
-				chown = true
-			case o != "":
-				keep = append(keep, o)
-			}
-		}
-		if chown {
-			keep = append(keep, "U")
-		}
-		out = append(out, dst+":"+strings.Join(append(keep, "notmpcopyup"), ","))
-	}
-	return out
-}
-
-func uidOf(p *profile.Profile, h Host) int {
-	switch p.User {
-	case "host":
-		return h.UID
-	case "root":
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.SplitN(p.User, ":", 2)[0])
-	return n
-}
-
-func gidOf(p *profile.Profile, h Host) int {
-	switch p.User {
-	case "host":
-		return h.GID
-	case "root":
-		return 0
-	}
-	parts := strings.SplitN(p.User, ":", 2)
-	n, _ := strconv.Atoi(parts[len(parts)-1])
-	return n
 }
 
 func bind(src, dst string, readOnly bool) types.ServiceVolumeConfig {

@@ -3,7 +3,6 @@ package generator_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"io/fs"
 	"net/netip"
@@ -83,9 +82,11 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 			cs.Mode = generator.ChangesetCopy
 		}
 		for _, m := range generator.ChangesetMounts(p, h) {
+			dir := "/home/dev/.local/state/propio-sandbox/changesets/" + cs.ID + "/" + m.Name
 			if cs.Mode == generator.ChangesetOverlay {
-				dir := "/home/dev/.local/state/propio-sandbox/changesets/" + cs.ID + "/" + m.Name
 				m.UpperDir, m.WorkDir = dir+"/upper", dir+"/work"
+			} else {
+				m.CopyIn, m.CopyOut = m.Source, dir+"/tree"
 			}
 			cs.Mounts = append(cs.Mounts, m)
 		}
@@ -129,7 +130,7 @@ func cases(t *testing.T) []goldenCase {
 	for _, name := range profiles.Names() {
 		out = append(out, goldenCase{
 			name: "builtin-" + name,
-			load: func() (*profile.Profile, error) { return locs.Load(name, limits) },
+			load: func() (*profile.Profile, error) { return locs.Load(name) },
 		})
 	}
 	err := filepath.WalkDir("../examples", func(path string, d fs.DirEntry, err error) error {
@@ -139,7 +140,7 @@ func cases(t *testing.T) []goldenCase {
 		slug := strings.NewReplacer("../examples/", "", "/", "-", ".yaml", "").Replace(path)
 		out = append(out, goldenCase{
 			name: "example-" + strings.ReplaceAll(slug, ".propio-", ""),
-			load: func() (*profile.Profile, error) { return locs.Load(path, limits) },
+			load: func() (*profile.Profile, error) { return locs.Load(path) },
 		})
 		return nil
 	})
@@ -150,7 +151,7 @@ func cases(t *testing.T) []goldenCase {
 	for _, path := range custom {
 		out = append(out, goldenCase{
 			name: filepath.Base(filepath.Dir(path)),
-			load: func() (*profile.Profile, error) { return locs.Load(path, limits) },
+			load: func() (*profile.Profile, error) { return locs.Load(path) },
 		})
 	}
 	for i := range out {
@@ -265,7 +266,7 @@ func TestSecretsNeverRendered(t *testing.T) {
 	t.Setenv("OPENROUTER_API_KEY", secret)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret+"-aws")
 	t.Setenv("OLLAMA_HOST", secret+"-ollama") // passed host value wins over env.set, by name only
-	p, err := profile.Locations{}.Load("../examples/node-agent/.propio/sandbox.yaml", limits)
+	p, err := profile.Locations{}.Load("../examples/node-agent/.propio/sandbox.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +296,9 @@ func TestSecretsNeverRendered(t *testing.T) {
 	}
 }
 
+// A missing optional mount is left out; a missing required one is in the
+// project all the same (preflight refuses to run without it, and render
+// does not depend on what the host has).
 func TestMissingMountSource(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "p.yaml")
@@ -302,22 +306,21 @@ func TestMissingMountSource(t *testing.T) {
 	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Locations{}.Load(file, limits)
+	p, err := profile.Locations{}.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := generator.Host{Workspace: "/w", Exists: map[string]bool{}}
-	_, err = generator.Generate(p, h, generator.Options{Project: project})
-	var list profile.List
-	if !errors.As(err, &list) || len(list) != 1 {
-		t.Fatalf("want one positioned error, got %v", err)
+	proj, err := generator.Generate(p, h, generator.Options{Project: project})
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := file + ":3:14: mounts[0].source: /does/not/exist does not exist"
-	if list[0].Error() != want {
-		t.Errorf("got  %s\nwant %s", list[0].Error(), want)
+	var targets []string
+	for _, v := range proj.Services[generator.Service].Volumes {
+		targets = append(targets, v.Source+":"+v.Target)
 	}
-	if list[0].Hint == "" {
-		t.Error("no hint")
+	if !slices.Contains(targets, "/does/not/exist:/data") || slices.Contains(targets, "/also/missing:/opt") {
+		t.Errorf("volumes %q: want the required mount, and not the optional one", targets)
 	}
 }
 
@@ -379,7 +382,7 @@ func TestPickSubnet(t *testing.T) {
 }
 
 func TestAllowlistOutsideNetwork(t *testing.T) {
-	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"), limits)
+	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,13 +410,13 @@ func TestAllowlistOutsideNetwork(t *testing.T) {
 }
 
 func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
-	p, err := profile.Locations{}.Load("strict", limits)
+	p, err := profile.Locations{}.Load("strict")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := fixtureHost(t, p)
 	for _, keep := range []bool{false, true} {
-		h.KeepID = keep
+		h.Engine.KeepID = keep
 		proj, err := generator.Generate(p, h, generator.Options{Project: project})
 		if err != nil {
 			t.Fatal(err)
@@ -431,12 +434,12 @@ func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 }
 
 func TestPodmanOptions(t *testing.T) {
-	p, err := profile.Locations{}.Load("open", limits)
+	p, err := profile.Locations{}.Load("open")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := fixtureHost(t, p)
-	h.Podman = true
+	h.Engine = generator.EngineFacts{TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true} // Podman's
 	h.Matches = append(h.Matches, generator.Match{Path: "secrets", Dir: true, Hide: true})
 	proj, err := generator.Generate(p, h, generator.Options{Project: project})
 	if err != nil {
@@ -466,7 +469,7 @@ func TestDiskCap(t *testing.T) {
 	if err := os.WriteFile(path, []byte("image: a\nresources: {tmp: 3g, disk: 2g}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Locations{}.LoadFile(path, limits)
+	p, err := profile.Locations{}.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

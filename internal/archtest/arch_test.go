@@ -49,6 +49,24 @@ func TestLayering(t *testing.T) {
 		// may use fsutil, the leaf that opens host files safely, and nothing
 		// else of ours.
 		module + "/internal/diskcap": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// The decision log store owns a file format: nothing of ours, so
+		// the generator may name its files and the gateway write them.
+		module + "/internal/decisionlog": {module + "/"},
+		// The gateway decides and relays; the kernel forwards behind its
+		// Kernel interface (natfwd is gatewayd's), and it never sees a
+		// profile, a project or an engine.
+		module + "/internal/gateway": {module + "/internal/cli", module + "/internal/engine", module + "/generator", module + "/internal/profile",
+			module + "/internal/natfwd", module + "/internal/gatewayd", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
+		// The gateway's process runs in the gateway container: the gateway,
+		// natfwd and the log, no CLI, engine, generator or profile.
+		module + "/internal/gatewayd": {module + "/internal/cli", module + "/internal/engine", module + "/generator", module + "/internal/profile",
+			module + "/internal/hostinfo", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
+		// changeset keeps what a sandbox wrote, apart from the originals:
+		// files only, no engine, no profile, nothing else of ours.
+		module + "/internal/changeset": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// A changeset's launch takes the engine through its own small
+		// interface; package sandbox calls it (the CLI, until sandbox runs the launch).
+		module + "/internal/changeset/launch": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", "github.com/docker/compose", "github.com/moby/moby/client"},
 		// backend is the contract between a launch and an engine: the
 		// engine implements it, the launch drives it, and it depends on
 		// neither, nor on anything else of ours.
@@ -84,9 +102,23 @@ func TestLayering(t *testing.T) {
 			t.Errorf("the generator imports %s; it must stay pure", imp)
 		}
 	}
+	// The CLI presents; the gateway's process and the kernel forwarding it
+	// sets up are internal/gatewayd's.
+	for _, imp := range pkgs[module+"/internal/cli"].Imports {
+		switch imp {
+		case module + "/internal/gateway", module + "/internal/natfwd":
+			t.Errorf("internal/cli imports %s; the gateway's process is internal/gatewayd's", imp)
+		}
+	}
 	for _, imp := range pkgs[module+"/internal/profile"].Imports {
 		if imp == "os/exec" || imp == "net" || imp == "net/http" {
 			t.Errorf("internal/profile imports %s", imp)
+		}
+	}
+	// The CLI presents the domain packages; what they use is theirs.
+	for _, imp := range pkgs[module+"/internal/cli"].Imports {
+		if imp == module+"/internal/changeset" {
+			t.Errorf("internal/cli imports %s; it presents internal/sandbox", imp)
 		}
 	}
 	// One engine package: only internal/engine talks to a container engine.

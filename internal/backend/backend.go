@@ -73,8 +73,11 @@ type Runtime interface {
 	// reported false. When it cannot tell, it reports true.
 	StopUnstarted(ctx context.Context, project string) bool
 	// Remove deletes every container, network and volume of the project,
-	// running or not. Removing what is already gone is not an error.
-	Remove(ctx context.Context, project string) error
+	// running or not: all of them, or, when launcher is above zero, only
+	// those the launcher with that pid made (a new launcher may be starting
+	// a sandbox of the same name). Removing what is already gone is not an
+	// error.
+	Remove(ctx context.Context, project string, launcher int) error
 	// List returns the sandboxes the engine holds, oldest first.
 	List(ctx context.Context) ([]Sandbox, error)
 }
@@ -99,18 +102,24 @@ type Facts struct {
 	// storage option size); StorageWhy says why it can or why not.
 	StorageQuota bool
 	StorageWhy   string
-	// KeepID: the engine's user namespace maps the launcher's uid to root,
-	// so a container that must run as the launcher's user needs
-	// userns_mode keep-id (a rootless Podman).
+	// TmpfsU: the engine refuses uid= and gid= on a tmpfs, and gives the
+	// tmpfs to the container's user with the option U instead (Podman).
+	TmpfsU bool
+	// TmpfsCopyUp: the engine copies what the image has at a tmpfs's mount
+	// point into the tmpfs unless told notmpcopyup (Podman).
+	TmpfsCopyUp bool
+	// NamesHost: the engine names the host in each container itself
+	// (Podman: host.containers.internal), and may not resolve host-gateway
+	// (Podman before 4.7).
+	NamesHost bool
+	// KeepID: the engine runs rootless in a user namespace that must map
+	// the user to itself (userns_mode keep-id) for files written in the
+	// workspace to stay the user's (a rootless Podman).
 	KeepID bool
-	// PodmanTmpfs: the engine takes tmpfs options in Podman's words (no
-	// uid= or gid=, U to give the tmpfs to the container's user, and
-	// notmpcopyup), not Docker's.
-	PodmanTmpfs bool
-	// HostGateway: the engine resolves the special address host-gateway, so
-	// that a sandbox can name the host host.docker.internal. Without it the
-	// engine names the host itself (Podman: host.containers.internal).
-	HostGateway bool
+	// UserSpaceGateway: an allowlist gateway must relay in user space, never
+	// forwarding in its kernel (Podman, whose keep-id mapping comes only
+	// with it).
+	UserSpaceGateway bool
 	// InternalNetworks: a network made internal keeps the host out of it.
 	// Podman gives the host an address on it (and serves DNS there), so an
 	// allowlist, which relies on it, cannot run there.

@@ -1,14 +1,11 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"time"
 
-	"github.com/propio/propio-sandbox/internal/changeset"
-	"github.com/propio/propio-sandbox/internal/guard"
-	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -35,7 +32,7 @@ makes counts as applied, so an interrupted apply can be run again to completion.
 Once every path is applied the changeset is removed; until then it is partial and
 diff shows only what is left. ID and PATH are taken as for diff.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, paths, err := changesetAndPaths(args)
+			c, paths, err := findChangeset(args)
 			if err != nil {
 				return err
 			}
@@ -46,55 +43,42 @@ diff shows only what is left. ID and PATH are taken as for diff.`,
 			if cs, err = selectPaths(c, cs, paths); err != nil {
 				return err
 			}
-			opts := changeset.ApplyOptions{Force: force}
+			opts := sandbox.ApplyOptions{Force: force}
 			if v := os.Getenv(envApplyPause); v != "" {
 				if opts.Pause, err = time.ParseDuration(v); err != nil {
 					return fmt.Errorf("%s=%q: %w", envApplyPause, v, err)
 				}
 			}
-			start := time.Now()
-			res, err := c.Apply(cs, opts)
-			// What the apply wrote is the sandbox's: git must not run it.
-			if gerr := a.sweepApplied(c, start); gerr != nil {
-				err = errors.Join(err, gerr)
+			res, err := cs.Apply(opts)
+			for _, rep := range res.Swept {
+				sandbox.Guarded(reporter{a.stderr}, rep, res.Quarantine)
 			}
 			if err != nil {
 				return err
 			}
-			switch {
-			case res.Removed:
-				fmt.Fprintf(a.stdout, "applied %d path%s; changeset %s is fully applied and removed\n", len(res.Applied), plural(len(res.Applied)), c.ID)
-			default:
-				fmt.Fprintf(a.stdout, "applied %d path%s; %d left in changeset %s\n", len(res.Applied), plural(len(res.Applied)), res.Remaining, c.ID)
-			}
-			if len(res.Conflicts) == 0 {
-				return nil
-			}
-			for _, cf := range res.Conflicts {
-				fmt.Fprintf(a.stdout, "conflict: %s: %s\n", cf.Display, cf.Reason)
-			}
-			return withHint(fmt.Errorf("%d path%s not applied: the original changed since the run started", len(res.Conflicts), plural(len(res.Conflicts))),
-				"`"+name+" diff "+c.ID+" PATH` shows what applying would replace",
-				"`"+name+" apply --force "+c.ID+" PATH` overwrites it; `"+name+" discard "+c.ID+"` drops the changeset")
+			return a.applied(c, res)
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "apply conflicting paths too, overwriting what changed in the original")
 	return cmd
 }
 
-// sweepApplied judges what an apply wrote in each directory of the
-// changeset, as run's guard judges what a sandbox left: nothing the host's
-// git would run stays.
-func (a *app) sweepApplied(c *changeset.Changeset, since time.Time) error {
-	dirs, err := hostinfo.UserDirs()
-	if err != nil {
-		return err
+// applied says what apply did; conflicts make it an error.
+func (a *app) applied(c *sandbox.Changeset, res sandbox.Applied) error {
+	switch {
+	case res.Removed:
+		fmt.Fprintf(a.stdout, "applied %d path%s; changeset %s is fully applied and removed\n", res.Applied, plural(res.Applied), c.ID())
+	default:
+		fmt.Fprintf(a.stdout, "applied %d path%s; %d left in changeset %s\n", res.Applied, plural(res.Applied), res.Remaining, c.ID())
 	}
-	var errs []error
-	for _, m := range c.Mounts {
-		rep := guard.Sweep(guard.Root{Name: m.Name, Source: m.Source}, since, dirs.QuarantineDir(), c.ID)
-		a.reportGuard(rep, dirs)
-		errs = append(errs, rep.Err())
+	if len(res.Conflicts) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	for _, cf := range res.Conflicts {
+		fmt.Fprintf(a.stdout, "conflict: %s: %s\n", cf.Display, cf.Reason)
+	}
+	id := c.ID()
+	return withHint(fmt.Errorf("%d path%s not applied: the original changed since the run started", len(res.Conflicts), plural(len(res.Conflicts))),
+		"`"+name+" diff "+id+" PATH` shows what applying would replace",
+		"`"+name+" apply --force "+id+" PATH` overwrites it; `"+name+" discard "+id+"` drops the changeset")
 }

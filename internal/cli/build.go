@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/propio/propio-sandbox/generator"
-	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -29,13 +28,13 @@ func newBuild(a *app) *cobra.Command {
 			if r := a.trustCheck(e, p); !r.OK {
 				return withHint(errors.New(r.Reason), r.Hints...)
 			}
-			project, err := e.project(p, a.stderr, generator.Options{Project: generator.ProjectName(e.workspace, "build")})
+			b, err := sandbox.NewBuild(e.sandbox(), p, reporter{a.stderr})
 			if err != nil {
-				return err
+				return hintError(err, p, a.profile)
 			}
-			err = a.withEngineOf(p.Engine, func(ctx context.Context, eng *engine.Engine) error {
-				fmt.Fprintf(a.stderr, "%s: building %s from %s\n", name, p.Image, project.Services[generator.Service].Build.Context)
-				return eng.Build(ctx, project, generator.Service)
+			err = a.withEngineOf(p.Engine, func(ctx context.Context, c *sandbox.Conn) error {
+				fmt.Fprintf(a.stderr, "%s: building %s from %s\n", name, p.Image, b.Context())
+				return b.Run(ctx, c)
 			})
 			if err != nil {
 				return err

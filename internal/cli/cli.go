@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
-	"github.com/propio/propio-sandbox/internal/engine"
-	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -160,10 +158,7 @@ func report(w io.Writer, err error) int {
 			fmt.Fprintf(w, "%s: error: %s\n", name, line)
 		}
 	}
-	var h hinted
-	if errors.As(err, &h) {
-		hints = append(hints, h.hints...)
-	}
+	hints = append(hints, hintsOf(err)...)
 	if code == ExitUsage {
 		hints = append(hints, "run `"+name+" help` for usage")
 	}
@@ -171,6 +166,23 @@ func report(w io.Writer, err error) int {
 		fmt.Fprintf(w, "%s: hint: %s\n", name, hint)
 	}
 	return code
+}
+
+// hintsOf are the hints err carries: withHint's, else those of a domain
+// error that has a Hints method (a profile.List's are printed with its
+// errors).
+func hintsOf(err error) []string {
+	var h hinted
+	if errors.As(err, &h) {
+		return h.hints
+	}
+	var d interface{ Hints() []string }
+	if errors.As(err, &d) {
+		if _, list := d.(profile.List); !list {
+			return d.Hints()
+		}
+	}
+	return nil
 }
 
 // isCobraUsage recognises the argument errors cobra returns itself.
@@ -197,18 +209,16 @@ type env struct {
 }
 
 func loadEnv() (env, error) {
-	dirs, err := hostinfo.UserDirs()
+	se, err := sandbox.LoadEnv()
 	if err != nil {
 		return env{}, err
 	}
-	ws, err := hostinfo.Workspace()
-	if err != nil {
-		return env{}, err
-	}
-	e := env{dirs: dirs, workspace: ws, locs: profile.Locations{ConfigDir: dirs.ProfileDir(), Workspace: ws}}
-	host := e.grantHost()
-	e.locs.Host = &host
-	return e, nil
+	return env{dirs: se.Dirs, workspace: se.Workspace, locs: se.Locs}, nil
+}
+
+// sandbox is the environment as the launch package takes it.
+func (e env) sandbox() sandbox.Env {
+	return sandbox.Env{Dirs: e.dirs, Workspace: e.workspace, Locs: e.locs}
 }
 
 // loadSelected gathers the environment and loads the profile ref selects.
@@ -225,25 +235,8 @@ func loadSelected(ref string) (env, *profile.Profile, error) {
 	return e, p, nil
 }
 
-// grantHost are the host facts that mount sources are judged on, with the
-// engine sockets there may be and those a launch found (extra).
-func (e env) grantHost(extra ...string) profile.GrantHost {
-	home, _ := os.UserHomeDir()
-	return profile.GrantHost{
-		Home:       home,
-		Workspace:  e.workspace,
-		PropioHome: hostinfo.PropioHome(),
-		Sockets:    append(engine.Sockets(os.Getenv, home), extra...),
-		Resolve:    fsutil.Resolve,
-		SameFile:   sameFile,
-	}
-}
-
-func sameFile(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
-}
+// grantHost are the host facts that mount sources are judged on.
+func (e env) grantHost() profile.GrantHost { return e.sandbox().GrantHost() }
 
 // warnGrants prints a warning for each unsafe grant.
 func (a *app) warnGrants(grants []profile.Grant) {
@@ -255,7 +248,7 @@ func (a *app) warnGrants(grants []profile.Grant) {
 // loadProfile loads the profile a subcommand was pointed at, with every
 // problem and a hint for a missing one.
 func (e env) loadProfile(ref string) (*profile.Profile, error) {
-	p, err := e.locs.Load(ref, hostinfo.Limits())
+	p, err := e.sandbox().Load(ref)
 	if errors.Is(err, profile.ErrNotFound) {
 		return nil, hintLoad(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/propio/propio-sandbox/internal/changeset"
 	"github.com/spf13/cobra"
 )
 
@@ -30,40 +29,7 @@ without --force; they are listed on standard error.`,
 			if stat && asJSON {
 				return usageError{fmt.Errorf("--stat and --json exclude each other")}
 			}
-			c, paths, err := changesetAndPaths(args)
-			if err != nil {
-				return err
-			}
-			cs, err := changesOf(c)
-			if err != nil {
-				return err
-			}
-			if len(cs) == 0 && !asJSON {
-				fmt.Fprintf(a.stderr, "changeset %s holds no changes\n", c.ID)
-				return nil
-			}
-			if cs, err = selectPaths(c, cs, paths); err != nil {
-				return err
-			}
-			fds, err := c.Diff(cs)
-			if err != nil {
-				return err
-			}
-			switch {
-			case asJSON:
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(c.NewReport(fds))
-			case stat:
-				err = changeset.WriteStat(a.stdout, fds, 80)
-			default:
-				err = changeset.WriteUnified(a.stdout, fds)
-			}
-			if err != nil {
-				return err
-			}
-			warnConflicts(a, c, fds)
-			return nil
+			return a.diff(args, stat, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&stat, "stat", false, "print a diffstat: one line per file and a summary")
@@ -71,22 +37,55 @@ without --force; they are listed on standard error.`,
 	return cmd
 }
 
-// warnConflicts lists on stderr the paths apply would refuse.
-func warnConflicts(a *app, c *changeset.Changeset, fds []changeset.FileDiff) {
-	var n int
-	for _, fd := range fds {
-		if fd.Conflict {
-			n++
-		}
+// diff prints the changes of the changeset args name (or of this
+// workspace) that the rest of args select, as a unified diff, a diffstat
+// or JSON.
+func (a *app) diff(args []string, stat, asJSON bool) error {
+	c, paths, err := findChangeset(args)
+	if err != nil {
+		return err
 	}
+	cs, err := changesOf(c)
+	if err != nil {
+		return err
+	}
+	if cs.Len() == 0 && !asJSON {
+		fmt.Fprintf(a.stderr, "changeset %s holds no changes\n", c.ID())
+		return nil
+	}
+	if cs, err = selectPaths(c, cs, paths); err != nil {
+		return err
+	}
+	d, err := cs.Diff()
+	if err != nil {
+		return err
+	}
+	switch {
+	case asJSON:
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d.Report())
+	case stat:
+		err = d.WriteStat(a.stdout, 80)
+	default:
+		err = d.WriteUnified(a.stdout)
+	}
+	if err != nil {
+		return err
+	}
+	warnConflicts(a, d.Conflicts())
+	return nil
+}
+
+// warnConflicts lists on stderr the paths apply would refuse.
+func warnConflicts(a *app, conflicts []string) {
+	n := len(conflicts)
 	if n == 0 {
 		return
 	}
 	fmt.Fprintf(a.stderr, "%s: warning: %d path%s changed in the original since the run started (apply refuses them without --force):\n", name, n, plural(n))
-	for _, fd := range fds {
-		if fd.Conflict {
-			fmt.Fprintf(a.stderr, "  %s\n", fd.Display)
-		}
+	for _, p := range conflicts {
+		fmt.Fprintf(a.stderr, "  %s\n", p)
 	}
 }
 

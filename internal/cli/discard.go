@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/propio/propio-sandbox/internal/changeset"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -18,7 +18,7 @@ the newest changeset of the current directory's workspace. A changeset whose san
 is running is refused unless --force (for one whose launcher was killed).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, rest, err := changesetAndPaths(args)
+			c, rest, err := findChangeset(args)
 			if err != nil {
 				return err
 			}
@@ -26,12 +26,12 @@ is running is refused unless --force (for one whose launcher was killed).`,
 				return withHint(fmt.Errorf("no changeset %q", rest[0]), "`"+name+" changes` lists the changesets")
 			}
 			if err := c.Discard(force); err != nil {
-				if errors.Is(err, changeset.ErrRunning) {
-					return withHint(err, "wait for the run to end; if its launcher is gone, `"+name+" discard --force "+c.ID+"`")
+				if errors.Is(err, sandbox.ErrChangesetRunning) {
+					return withHint(err, "wait for the run to end; if its launcher is gone, `"+name+" discard --force "+c.ID()+"`")
 				}
 				return err
 			}
-			fmt.Fprintf(a.stdout, "discarded changeset %s\n", c.ID)
+			fmt.Fprintf(a.stdout, "discarded changeset %s\n", c.ID())
 			return nil
 		},
 	}

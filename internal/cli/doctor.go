@@ -11,12 +11,11 @@ import (
 	"text/tabwriter"
 	"unicode"
 
-	"github.com/propio/propio-sandbox/generator"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/gitindex"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -52,31 +51,9 @@ content, which the sandbox can read); they do not change the exit code.`,
 				return err
 			}
 			warnings := append([]string{}, workspaceWarnings(e, p)...) // [] in JSON when none
-			var conn engineConn
-			defer conn.close()
-			ctx := context.Background()
-			results := preflight.RunAll(ctx, a.preflightChecks(e, p, build, &conn, true))
-			// The profile's own checks need the engine, and the agent's image.
-			if len(p.Checks) > 0 && preflight.OK(results) {
-				podman := func(h *generator.Host) {
-					h.Podman = conn.eng.Kind == engine.Podman
-					h.KeepID = h.Podman && conn.eng.Rootless
-				}
-				o := generator.Options{Project: generator.ProjectName(e.workspace, "")}
-				if p.Network.Mode == "allowlist" {
-					if err := gatewayOptions(&o, e.dirs); err != nil {
-						return err
-					}
-				}
-				gen, _, err := e.generate(p, io.Discard) // its warnings are in the report already
-				if err != nil {
-					return err
-				}
-				results = append(results, preflight.RunAll(ctx, a.declaredChecks(conn.eng, e, p, o, gen, podman, nil))...)
-			} else {
-				for _, c := range p.Checks {
-					results = append(results, preflight.Result{Name: c.Name, Reason: "not run: a built-in check failed", Hints: []string{"fix the failing built-in checks first"}})
-				}
+			results, err := a.doctorChecks(e, p, build)
+			if err != nil {
+				return err
 			}
 			rep := doctorReport{Profile: p.Meta.File, Workspace: e.workspace, OK: preflight.OK(results), Checks: results, Warnings: warnings}
 			if asJSON {
@@ -153,4 +130,32 @@ func printable(s string) string {
 		}
 	}
 	return s
+}
+
+// doctorChecks runs every built-in check, then, when they all pass, the
+// profile's own.
+func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.Result, error) {
+	f := a.preflight(e, p, build)
+	f.ChangesetMode = sandbox.DoctorChangesetMode(e.sandbox())
+	defer f.Conn.Close()
+	ctx := context.Background()
+	results := preflight.RunAll(ctx, f.Checks())
+	if len(p.Checks) == 0 {
+		return results, nil
+	}
+	if !preflight.OK(results) {
+		for _, c := range p.Checks {
+			results = append(results, preflight.Result{Name: c.Name, Reason: "not run: a built-in check failed", Hints: []string{"fix the failing built-in checks first"}})
+		}
+		return results, nil
+	}
+	plan, err := sandbox.NewPlan(e.sandbox(), p) // its warnings are in the report already
+	if err != nil {
+		return nil, hintError(err, p, a.profile)
+	}
+	declared, err := f.Declared(plan, reporter{io.Discard})
+	if err != nil {
+		return nil, hintError(err, p, a.profile)
+	}
+	return append(results, preflight.RunAll(ctx, declared)...), nil
 }

@@ -3,13 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
@@ -22,9 +20,9 @@ func newLs(a *app) *cobra.Command {
 		Short: "List the sandboxes on the engine: project, workspace, profile, launcher, state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var list []engine.Sandbox
-			err := a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
-				list, err = eng.List(ctx)
+			var list []sandbox.Sandbox
+			err := a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
+				list, err = sandbox.List(ctx, c)
 				return err
 			})
 			if err != nil {
@@ -32,7 +30,7 @@ func newLs(a *app) *cobra.Command {
 			}
 			if asJSON {
 				if list == nil {
-					list = []engine.Sandbox{}
+					list = []sandbox.Sandbox{}
 				}
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
@@ -65,10 +63,9 @@ func newGC(a *app) *cobra.Command {
 				return err
 			}
 			var removed []string
-			err = a.withEngine(func(ctx context.Context, eng *engine.Engine) (err error) {
-				removed, err = sandbox.GC(ctx, eng)
-				// What those sandboxes left, judged now that they are gone.
-				return errors.Join(err, a.checkPending(ctx, eng, dirs))
+			err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
+				removed, err = sandbox.GC(ctx, reporter{a.stderr}, c, dirs)
+				return err
 			})
 			for _, p := range removed {
 				fmt.Fprintf(a.stdout, "removed %s\n", p)

@@ -2,21 +2,16 @@ package cli
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
-	"github.com/propio/propio-sandbox/internal/gatewayimage"
-	"github.com/propio/propio-sandbox/internal/guard"
-	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -38,16 +33,7 @@ The output is deterministic and loads with any Compose implementation.`,
 				return err
 			}
 			a.warnGrants(e.grants)
-			o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
-			if p.Network.Mode == "allowlist" {
-				if err := gatewayOptions(&o, e.dirs); err != nil {
-					fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
-				}
-			}
-			// Podman's options differ; render shows them when the engine is
-			// named (it does not ask an engine which one it is).
-			podman := func(h *generator.Host) { h.Podman = cmp.Or(a.engine, p.Engine) == engine.Podman }
-			project, err := e.project(p, a.stderr, o, podman)
+			project, err := a.renderProject(e, p, command)
 			if err != nil {
 				return err
 			}
@@ -57,6 +43,10 @@ The output is deterministic and loads with any Compose implementation.`,
 			}
 			if missing := missingRequired(p); len(missing) > 0 {
 				fmt.Fprintf(a.stderr, "%s: warning: required environment variables are not set: %s; run will refuse to start\n", name, strings.Join(missing, ", "))
+			}
+			missing, _ := preflight.MissingMounts(p, e.sandbox().BuildHost(), os.Stat)
+			for _, m := range missing {
+				fmt.Fprintf(a.stderr, "%s: warning: %s; run will refuse to start\n", name, m)
 			}
 			if output == "" || output == "-" {
 				_, err := a.stdout.Write(out)
@@ -81,91 +71,6 @@ func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 	return args, nil
 }
 
-// project gathers the host facts p needs and generates its Compose project;
-// adjust adds what the launch found out itself (a forwarded SSH agent).
-// Warnings about the workspace rules and the guard's notes go to stderr.
-func (e env) project(p *profile.Profile, stderr io.Writer, o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
-	gen, _, err := e.generate(p, stderr)
-	if err != nil {
-		return nil, err
-	}
-	return gen(o, adjust...)
-}
-
-// generateFunc generates a project of one profile for o, from host facts
-// gathered once; adjust adds what the launch found out since.
-type generateFunc func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error)
-
-// generate gathers the host facts p needs (the workspace walk for its
-// patterns, the account files, the extra mounts, the guard's scan of the
-// git directories) once, for every project a launch generates: the first,
-// the one with the gateway's network, those of the declared checks. It
-// prints the warnings about the workspace rules (rules not followed through
-// a symbolic link) and the guard's notes to stderr. The guard's plan is for
-// run to prepare and check.
-func (e env) generate(p *profile.Profile, stderr io.Writer) (generateFunc, *guard.Plan, error) {
-	host, warnings, err := hostinfo.Gather(p, e.workspace, e.dirs)
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "%s: warning: %s\n", name, w)
-	}
-	var me *hostinfo.MountsError
-	if errors.As(err, &me) {
-		return nil, nil, withHint(err, "write "+me.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	plan := hostinfo.Guard(p, &host)
-	for _, n := range plan.Notes() {
-		fmt.Fprintf(stderr, "%s: warning: %s\n", name, n)
-	}
-	return func(o generator.Options, adjust ...func(*generator.Host)) (*types.Project, error) {
-		h := host // the adjustments change only fields of its own
-		for _, f := range adjust {
-			f(&h)
-		}
-		// Its errors name the profile file, line and column already.
-		return generator.Generate(p, h, o)
-	}, &plan, nil
-}
-
-// Environment variables that change where the allowlist gateway comes from
-// and goes out through.
-const (
-	// envGatewayBinary names a Linux build of propio-sandbox to make the
-	// gateway image from, for a launcher that is not one (macOS).
-	envGatewayBinary = "PROPIO_SANDBOX_GATEWAY_BINARY"
-	// envGatewayNetwork names an existing network for the gateway's way out,
-	// instead of one made for each sandbox.
-	envGatewayNetwork = "PROPIO_SANDBOX_GATEWAY_NETWORK"
-)
-
-// gatewayBinary is the executable the gateway image is made of: this one,
-// unless PROPIO_SANDBOX_GATEWAY_BINARY names another.
-func gatewayBinary() (string, error) {
-	if exe := os.Getenv(envGatewayBinary); exe != "" {
-		return exe, nil
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("finding this executable for the gateway image: %w", err)
-	}
-	return exe, nil
-}
-
-// gatewayOptions fills in the gateway's image and outside network.
-func gatewayOptions(o *generator.Options, dirs hostinfo.Dirs) error {
-	o.OutsideNetwork = os.Getenv(envGatewayNetwork)
-	exe, err := gatewayBinary()
-	if err != nil {
-		return err
-	}
-	if o.GatewayImage, err = gatewayimage.CachedTag(exe, filepath.Join(dirs.State, "gateway-image")); err != nil {
-		return err
-	}
-	return nil
-}
-
 // missingRequired lists the required variables the launcher's environment lacks.
 func missingRequired(p *profile.Profile) []string {
 	var missing []string
@@ -175,4 +80,25 @@ func missingRequired(p *profile.Profile) []string {
 		}
 	}
 	return missing
+}
+
+// renderProject generates the project run would start for p here, with
+// the engine the user names (it does not ask an engine which one it is).
+func (a *app) renderProject(e env, p *profile.Profile, command []string) (*types.Project, error) {
+	o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
+	if p.Network.Mode == "allowlist" {
+		if err := sandbox.GatewayOptions(&o, e.dirs); err != nil {
+			fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
+		}
+	}
+	plan, err := sandbox.NewPlan(e.sandbox(), p)
+	if err != nil {
+		return nil, hintError(err, p, a.profile)
+	}
+	for _, w := range plan.Warnings {
+		reporter{a.stderr}.Warn(w)
+	}
+	// Podman's options differ; render shows them when the engine is named.
+	facts := func(h *generator.Host) { h.Engine = sandbox.EngineFactsOf(cmp.Or(a.engine, p.Engine)) }
+	return plan.Generate(o, facts)
 }

@@ -2,12 +2,10 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/buildinputs"
-	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
 )
@@ -85,12 +83,6 @@ run --build refuse a build that changed since.`,
 	}
 }
 
-// buildHost is the generator's view of the host that build paths need.
-func (e env) buildHost() generator.Host {
-	home, _ := os.UserHomeDir()
-	return generator.Host{Workspace: e.workspace, Home: home, PropioHome: hostinfo.PropioHome()}
-}
-
 // buildInputs collects what p's build reads that trust covers, when its
 // Dockerfile or context is in the workspace; nil when p has no build or it
 // reads nothing of the workspace.
@@ -98,7 +90,7 @@ func (e env) buildInputs(p *profile.Profile) (*buildinputs.Inputs, error) {
 	if p.Build == nil {
 		return nil, nil
 	}
-	ctx, df := generator.BuildPaths(p, e.buildHost())
+	ctx, df := generator.BuildPaths(p, e.sandbox().BuildHost())
 	paths := buildinputs.Paths{Context: ctx, Dockerfile: df}
 	if !paths.InWorkspace(e.workspace) {
 		return nil, nil

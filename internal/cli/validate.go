@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/spf13/cobra"
 )
@@ -21,7 +20,6 @@ default) selects. Unknown keys are errors: a typo must never widen access.`,
 			if err != nil {
 				return err
 			}
-			limits := hostinfo.Limits()
 			var problems profile.List
 			var failed []error // files that could not be checked at all
 			check := func(_ *profile.Profile, err error) {
@@ -33,10 +31,10 @@ default) selects. Unknown keys are errors: a typo must never widen access.`,
 				}
 			}
 			if len(files) == 0 {
-				check(e.locs.Load(a.profile, limits))
+				check(e.locs.Load(a.profile))
 			}
 			for _, f := range files {
-				check(e.locs.LoadFile(f, limits))
+				check(e.locs.LoadFile(f))
 			}
 			for _, p := range problems {
 				fmt.Fprintln(a.stderr, p.Error())

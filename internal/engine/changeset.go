@@ -445,7 +445,7 @@ func (e *Engine) ReleaseChangeset(ctx context.Context, id string) error {
 		if LauncherAlive(pid, v.Labels[LabelHost]) {
 			return fmt.Errorf("sandbox %s (launcher pid %d on %s) writes to changeset %s: %w", project, pid, v.Labels[LabelHost], id, ErrChangesetInUse)
 		}
-		if err := e.Remove(ctx, project); err != nil {
+		if err := e.Remove(ctx, project, 0); err != nil {
 			return fmt.Errorf("removing sandbox %s of a launcher that is gone: %w", project, err)
 		}
 	}

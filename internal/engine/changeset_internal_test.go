@@ -67,7 +67,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	if _, err := eng.cli.Client().VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels}); err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Remove(ctx, name)
+	defer eng.Remove(ctx, name, 0)
 	if err := eng.CopyIn(ctx, backend.Volume{Name: name, Image: testenv.ProbeImage, Labels: labels}, src); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	if !slices.Equal(want, got) {
 		t.Errorf("the tree came back different:\nwant:\n%s\ngot:\n%s", strings.Join(want, "\n"), strings.Join(got, "\n"))
 	}
-	if err := eng.Remove(ctx, name); err != nil {
+	if err := eng.Remove(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {

@@ -11,9 +11,29 @@ import (
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
+func TestFactsOf(t *testing.T) {
+	t.Parallel()
+	podman := backend.Facts{Kind: engine.Podman, TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true}
+	rootless := podman
+	rootless.Rootless, rootless.KeepID = true, true
+	for name, tc := range map[string]struct {
+		kind     string
+		rootless bool
+		want     backend.Facts
+	}{
+		"docker":          {engine.Docker, false, backend.Facts{Kind: engine.Docker, InternalNetworks: true}},
+		"auto is docker":  {engine.Auto, false, backend.Facts{Kind: engine.Docker, InternalNetworks: true}},
+		"podman":          {engine.Podman, false, podman},
+		"rootless podman": {engine.Podman, true, rootless},
+	} {
+		if got := engine.FactsOf(tc.kind, tc.rootless); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", name, got, tc.want)
+		}
+	}
+}
+
 // TestFacts compares the facts the engine reports with what the docker CLI
-// says of the same engine, and, when Podman runs here, with Podman's
-// differences.
+// says of the same engine.
 func TestFacts(t *testing.T) {
 	ctx := context.Background()
 	eng := connectEngine(t)
@@ -30,20 +50,15 @@ func TestFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	podman := testenv.EnginePodman(t)
-	want := backend.Facts{
-		Kind:             map[bool]string{true: engine.Podman, false: engine.Docker}[podman],
-		Host:             eng.Host,
-		Rootless:         strings.Contains(secopts, "rootless") || eng.Rootless,
-		DockerDesktop:    strings.Contains(osName, "Docker Desktop"),
-		Local:            info.Storage.Local,
-		StorageQuota:     info.Storage.Quota,
-		StorageWhy:       info.Storage.Why,
-		KeepID:           podman && eng.Rootless,
-		PodmanTmpfs:      podman,
-		HostGateway:      !podman,
-		InternalNetworks: !podman,
+	want := engine.FactsOf(eng.Kind, eng.Rootless)
+	if want.Kind != map[bool]string{true: engine.Podman, false: engine.Docker}[testenv.EnginePodman(t)] {
+		t.Errorf("kind %s; docker version says otherwise", want.Kind)
 	}
+	want.Host = eng.Host
+	want.Rootless = strings.Contains(secopts, "rootless") || eng.Rootless
+	want.DockerDesktop = strings.Contains(osName, "Docker Desktop")
+	want.Local = info.Storage.Local
+	want.StorageQuota, want.StorageWhy = info.Storage.Quota, info.Storage.Why
 	if facts != want {
 		t.Errorf("Facts = %+v\nwant    %+v", facts, want)
 	}
@@ -69,7 +84,7 @@ func TestFactsPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if facts.Kind != engine.Podman || !facts.PodmanTmpfs || facts.HostGateway || facts.InternalNetworks || facts.KeepID || facts.Rootless {
+	if facts.Kind != engine.Podman || !facts.TmpfsU || !facts.NamesHost || facts.InternalNetworks || facts.KeepID || facts.Rootless {
 		t.Errorf("rootful Podman's facts: %+v", facts)
 	}
 }

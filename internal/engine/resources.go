@@ -17,11 +17,20 @@ import (
 )
 
 // Remove deletes every container, network and volume labelled with the
-// sandbox project, running or not. Removing what is already gone is not an
-// error.
-func (e *Engine) Remove(ctx context.Context, project string) error {
-	c := e.cli.Client()
+// sandbox project, running or not: all of them, or, when launcher is above
+// zero, those the launcher with that pid made. Removing what is already
+// gone is not an error.
+func (e *Engine) Remove(ctx context.Context, project string, launcher int) error {
 	by := make(client.Filters).Add("label", LabelProject+"="+project)
+	if launcher > 0 {
+		by = by.Add("label", LabelPID+"="+strconv.Itoa(launcher))
+	}
+	return e.removeBy(ctx, by)
+}
+
+// removeBy deletes every container, network and volume the filters select.
+func (e *Engine) removeBy(ctx context.Context, by client.Filters) error {
+	c := e.cli.Client()
 	var errs []error
 	containers, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: by})
 	if err != nil {
@@ -103,15 +112,18 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 	mine := make(client.Filters).Add("label", LabelProject)
 	found := map[string]*Sandbox{}
 	add := func(labels map[string]string, state string, created time.Time) {
+		// A name is reused once its launcher is gone: a sandbox is a name
+		// and a launcher.
 		name := labels[LabelProject]
-		if s, ok := found[name]; ok {
+		key := name + "\x00" + labels[LabelHost] + "\x00" + labels[LabelPID]
+		if s, ok := found[key]; ok {
 			if s.State == "leftover" {
 				s.State = state
 			}
 			return
 		}
 		pid, _ := strconv.Atoi(labels[LabelPID])
-		found[name] = &Sandbox{
+		found[key] = &Sandbox{
 			Project: name, Workspace: labels[generator.LabelWorkspace], Profile: labels[generator.LabelProfile],
 			PID: pid, Host: labels[LabelHost], Alive: LauncherAlive(pid, labels[LabelHost]),
 			State: state, Created: created,

@@ -157,26 +157,3 @@ func (e *Engine) StopUnstarted(ctx context.Context, project string) bool {
 	}
 	return stopped
 }
-
-// Facts says what the engine is: its kind and host, found when it was
-// reached, and what its info says (read once, or as preflight read it).
-func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
-	info, err := e.cachedInfo(ctx)
-	if err != nil {
-		return backend.Facts{}, err
-	}
-	podman := e.Kind == Podman
-	return backend.Facts{
-		Kind:             e.Kind,
-		Host:             e.Host,
-		Rootless:         e.Rootless || info.Rootless,
-		DockerDesktop:    info.DockerDesktop,
-		Local:            info.Storage.Local,
-		StorageQuota:     info.Storage.Quota,
-		StorageWhy:       info.Storage.Why,
-		KeepID:           podman && e.Rootless,
-		PodmanTmpfs:      podman,
-		HostGateway:      !podman,
-		InternalNetworks: !podman,
-	}, nil
-}

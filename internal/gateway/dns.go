@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -172,7 +173,7 @@ func (d *DNS) respond(client net.Addr, query []byte) []byte {
 }
 
 func (d *DNS) log(client net.Addr, name string, allowed bool, rule, reason, errText string) {
-	e := Entry{Time: d.Config.now().UTC(), Via: "dns", Host: name, Allowed: allowed, Rule: rule, Reason: reason, Error: errText}
+	e := decisionlog.Entry{Time: d.Config.now().UTC(), Via: "dns", Host: name, Allowed: allowed, Rule: rule, Reason: reason, Error: errText}
 	if client != nil {
 		e.Client = client.String()
 	}

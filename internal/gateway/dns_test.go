@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -50,7 +51,7 @@ func startDNS(t *testing.T, answer6 netip.Addr) *dnsGateway {
 	g := &dnsGateway{log: &entryLog{}}
 	c := &Config{
 		Policy: p,
-		Log:    NewLogger(g.log),
+		Log:    decisionlog.NewWriter(g.log),
 		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
 			g.mu.Lock()
 			defer g.mu.Unlock()

@@ -1,6 +1,6 @@
 // Package gateway is the egress gateway of allowlist sandboxes: the only way
 // out of a sandbox's internal network. Every connection is decided by an
-// egress.Policy and written to a JSON-lines decision log.
+// egress.Policy and written to the decision log (package decisionlog).
 //
 // Two ways through, both on:
 //   - explicit: an HTTP proxy (absolute-URI requests and CONNECT) and a SOCKS5
@@ -23,8 +23,6 @@ package gateway
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -33,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -49,7 +48,7 @@ type Config struct {
 	// Dial connects to an upstream address. Default: a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Log receives one entry per decision. Required.
-	Log *Logger
+	Log *decisionlog.Writer
 	// Now is the clock of the log. Default: time.Now.
 	Now func() time.Time
 	// Bandwidth caps the relayed bytes, in bytes per second each way, shared
@@ -132,46 +131,10 @@ func (c *Config) now() time.Time {
 	return time.Now()
 }
 
-// Entry is one decision in the log.
-type Entry struct {
-	Time      time.Time `json:"time"`
-	Client    string    `json:"client"` // the sandbox-side address
-	Via       string    `json:"via"`    // http, connect, socks5, dns, sni, host, tcp
-	Host      string    `json:"host"`
-	Port      uint16    `json:"port"`
-	Allowed   bool      `json:"allowed"`
-	Rule      string    `json:"rule,omitempty"` // the rule that decided, as written
-	Reason    string    `json:"reason"`
-	BytesUp   int64     `json:"bytes_up"`   // sandbox to upstream
-	BytesDown int64     `json:"bytes_down"` // upstream to sandbox
-	Error     string    `json:"error,omitempty"`
-}
-
-// Logger writes entries as JSON lines; it is safe for concurrent use.
-type Logger struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// NewLogger writes to w.
-func NewLogger(w io.Writer) *Logger { return &Logger{w: w} }
-
-// Write logs one entry.
-func (l *Logger) Write(e Entry) error {
-	line, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, err = l.w.Write(append(line, '\n'))
-	return err
-}
-
 // decide asks the policy and returns the log entry it starts.
-func (c *Config) decide(client net.Addr, via, host string, port uint16) Entry {
+func (c *Config) decide(client net.Addr, via, host string, port uint16) decisionlog.Entry {
 	d := c.Policy.Decide(host, port)
-	e := Entry{Time: c.now().UTC(), Via: via, Host: host, Port: port, Allowed: d.Allowed, Rule: d.Rule, Reason: d.Reason}
+	e := decisionlog.Entry{Time: c.now().UTC(), Via: via, Host: host, Port: port, Allowed: d.Allowed, Rule: d.Rule, Reason: d.Reason}
 	if client != nil {
 		e.Client = client.String()
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 )
 
 // The kernel path. Relaying every byte through the gateway's own process
@@ -195,12 +197,12 @@ func (c *Config) ServeCatch(l net.Listener) error {
 	return c.acceptEach(l, "nat", func(ctx context.Context, conn net.Conn) {
 		dst, err := c.Kernel.Original(conn)
 		if err != nil {
-			c.resetRefused(conn, Entry{Via: "nat", Reason: "no destination", Error: err.Error()})
+			c.resetRefused(conn, decisionlog.Entry{Via: "nat", Reason: "no destination", Error: err.Error()})
 			return
 		}
 		name, ok := c.virtual.name(dst.Addr())
 		if !ok {
-			c.resetRefused(conn, Entry{Via: "nat", Host: dst.Addr().String(), Port: dst.Port(), Reason: "no name resolves to " + dst.Addr().String()})
+			c.resetRefused(conn, decisionlog.Entry{Via: "nat", Host: dst.Addr().String(), Port: dst.Port(), Reason: "no name resolves to " + dst.Addr().String()})
 			return
 		}
 		e := c.decide(conn.RemoteAddr(), "nat", name, dst.Port())

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -58,7 +59,7 @@ func kernelConfig(t *testing.T, k *fakeKernel, virtual string) (*Config, *entryL
 	}
 	log := &entryLog{}
 	c := &Config{
-		Policy: p, Log: NewLogger(log), Kernel: k, Virtual: netip.MustParsePrefix(virtual),
+		Policy: p, Log: decisionlog.NewWriter(log), Kernel: k, Virtual: netip.MustParsePrefix(virtual),
 		Resolve: func(_ context.Context, host string) ([]netip.Addr, error) {
 			switch host {
 			case "rebind.test":
@@ -168,7 +169,7 @@ func TestCatchAndForwardedLog(t *testing.T) {
 		Start: time.Unix(5, 0), Client: netip.MustParseAddrPort("10.99.0.3:40000"),
 		Dst: netip.AddrPortFrom(a, 22), Upstream: netip.MustParseAddrPort("192.0.2.8:22"), BytesUp: 10, BytesDown: 20,
 	})
-	var got []Entry
+	var got []decisionlog.Entry
 	for _, e := range log.entries(t) {
 		if e.Via == "nat" && e.Allowed {
 			got = append(got, e)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 )
 
 // entryLog collects the gateway's log for a test to read.
@@ -22,16 +24,16 @@ func (l *entryLog) Write(p []byte) (int, error) {
 }
 
 // entries parses the log strictly: every line one Entry, no unknown field.
-func (l *entryLog) entries(t *testing.T) []Entry {
+func (l *entryLog) entries(t *testing.T) []decisionlog.Entry {
 	t.Helper()
 	l.mu.Lock()
 	text := l.buf.String()
 	l.mu.Unlock()
-	var out []Entry
+	var out []decisionlog.Entry
 	for line := range strings.Lines(text) {
 		d := json.NewDecoder(strings.NewReader(line))
 		d.DisallowUnknownFields()
-		var e Entry
+		var e decisionlog.Entry
 		if err := d.Decode(&e); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
@@ -45,7 +47,7 @@ func (l *entryLog) entries(t *testing.T) []Entry {
 
 // wait returns the log once it holds n entries, and fails if it holds more
 // a moment later (or fewer after ioTimeout).
-func (l *entryLog) wait(t *testing.T, n int) []Entry {
+func (l *entryLog) wait(t *testing.T, n int) []decisionlog.Entry {
 	t.Helper()
 	deadline := time.Now().Add(ioTimeout)
 	for len(l.entries(t)) < n {
@@ -65,7 +67,7 @@ func (l *entryLog) wait(t *testing.T, n int) []Entry {
 // waitFor returns the first entry for host with the given via, waiting up to
 // five seconds for the gateway to write it (a connection is logged when it
 // ends).
-func (l *entryLog) waitFor(t *testing.T, via, host string) Entry {
+func (l *entryLog) waitFor(t *testing.T, via, host string) decisionlog.Entry {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 )
 
 // ServeHTTPProxy serves the HTTP proxy on l: CONNECT host:port for anything
@@ -59,7 +61,7 @@ func (c *Config) serveHTTPConn(ctx context.Context, conn net.Conn, timeout time.
 
 // badRequest answers 400 and logs why.
 func (c *Config) badRequest(conn net.Conn, host, reason string, err error) {
-	e := Entry{Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: "http", Host: host, Reason: reason}
+	e := decisionlog.Entry{Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: "http", Host: host, Reason: reason}
 	if err != nil {
 		e.Error = err.Error()
 	}
@@ -102,7 +104,7 @@ func (c *Config) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, r
 // to answer with: 403 and the denial hint for a denied destination, 403 for an
 // allowed name that resolves to an address that is always denied, 502 when
 // the destination cannot be reached.
-func (c *Config) open(ctx context.Context, e *Entry, timeout time.Duration) (net.Conn, int, string) {
+func (c *Config) open(ctx context.Context, e *decisionlog.Entry, timeout time.Duration) (net.Conn, int, string) {
 	if !e.Allowed {
 		return nil, http.StatusForbidden, c.DenialHint(e.Host, e.Port)
 	}

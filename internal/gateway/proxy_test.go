@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -109,7 +110,7 @@ func newExplicitGateway(t *testing.T, allow, deny []string, tweak func(*Config))
 		t.Fatal(err)
 	}
 	g := &explicitGateway{log: &entryLog{}}
-	g.cfg = &Config{Policy: p, Profile: testProfile, Resolve: resolveTestNames, Dial: testDial, Log: NewLogger(g.log)}
+	g.cfg = &Config{Policy: p, Profile: testProfile, Resolve: resolveTestNames, Dial: testDial, Log: decisionlog.NewWriter(g.log)}
 	if tweak != nil {
 		tweak(g.cfg)
 	}
@@ -273,7 +274,7 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 // checkEntry compares the fields of a log entry a test cares about.
-func checkEntry(t *testing.T, e Entry, via, host string, port uint16, allowed bool, rule, reason string) {
+func checkEntry(t *testing.T, e decisionlog.Entry, via, host string, port uint16, allowed bool, rule, reason string) {
 	t.Helper()
 	if e.Via != via || e.Host != host || e.Port != port || e.Allowed != allowed || e.Rule != rule || !strings.Contains(e.Reason, reason) {
 		t.Errorf("log entry %+v\nwant via %q host %q port %d allowed %v rule %q and a reason containing %q", e, via, host, port, allowed, rule, reason)
@@ -922,7 +923,7 @@ func TestServeShutdown(t *testing.T) {
 			t.Parallel()
 			p, _ := startGreeter(t, "tcp4")
 			log := &entryLog{}
-			c := &Config{Policy: mustPolicy(t, hostPort("allowed.test", p)), Resolve: resolveTestNames, Dial: testDial, Log: NewLogger(log)}
+			c := &Config{Policy: mustPolicy(t, hostPort("allowed.test", p)), Resolve: resolveTestNames, Dial: testDial, Log: decisionlog.NewWriter(log)}
 			serve := c.ServeHTTPProxy
 			if via == "socks5" {
 				serve = c.ServeSOCKS
@@ -987,7 +988,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	for _, via := range []string{"http", "socks5"} {
 		t.Run(via, func(t *testing.T) {
 			t.Parallel()
-			c := &Config{Resolve: resolveTestNames, Log: NewLogger(&entryLog{})}
+			c := &Config{Resolve: resolveTestNames, Log: decisionlog.NewWriter(&entryLog{})}
 			h := c.serveHTTPConn
 			if via == "socks5" {
 				h = c.serveSOCKSConn

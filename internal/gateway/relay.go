@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -82,7 +83,7 @@ func (c *Config) serve(l net.Listener, via string, timeout time.Duration, handle
 			}()
 			defer func() {
 				if r := recover(); r != nil {
-					c.record(Entry{
+					c.record(decisionlog.Entry{
 						Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: via,
 						Reason: "internal error", Error: fmt.Sprintf("panic: %v", r),
 					})
@@ -95,7 +96,7 @@ func (c *Config) serve(l net.Listener, via string, timeout time.Duration, handle
 
 // record writes one log entry. A log that cannot be written cannot be told
 // about it either, so the error is dropped.
-func (c *Config) record(e Entry) {
+func (c *Config) record(e decisionlog.Entry) {
 	_ = c.Log.Write(e)
 }
 

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 )
 
 var loopbackAddr = netip.MustParseAddr("127.0.0.1")
@@ -96,7 +98,7 @@ func TestServerListeners(t *testing.T) {
 		Profile: ".propio/sandbox.yaml:7",
 		Resolve: resolveAllTest,
 		Dial:    portMapDial(map[uint16]uint16{80: serverPort(t, web), 443: serverPort(t, secure)}),
-		Log:     NewLogger(log),
+		Log:     decisionlog.NewWriter(log),
 	}
 	s, err := Listen(cfg, loopbackAddr, Ports{Bind: anyPort})
 	if err != nil {
@@ -277,7 +279,7 @@ func TestServerCloseLeavesNothing(t *testing.T) {
 		Policy:    mustPolicy(t, hostPort("ssh.test", ssh), hostPort("sink.test", sink)),
 		Resolve:   resolveAllTest,
 		Dial:      testDial,
-		Log:       NewLogger(&entryLog{}),
+		Log:       decisionlog.NewWriter(&entryLog{}),
 		Bandwidth: 1000, // an upload of 1 MB would take 17 minutes
 	}
 	s, err := Listen(cfg, loopbackAddr, Ports{Bind: anyPort})
@@ -425,7 +427,7 @@ func TestListenSkipped(t *testing.T) {
 			t.Parallel()
 			p := mustPolicy(t, tt.allow...)
 			p.Deny = mustPolicy(t, tt.deny...).Allow
-			cfg := &Config{Policy: p, Resolve: resolveAllTest, Dial: testDial, Log: NewLogger(&entryLog{})}
+			cfg := &Config{Policy: p, Resolve: resolveAllTest, Dial: testDial, Log: decisionlog.NewWriter(&entryLog{})}
 			tt.ports.Bind = anyPort
 			s := startServer(t, cfg, tt.ports)
 			var forwards []string
@@ -475,7 +477,7 @@ func TestListenBindFailure(t *testing.T) {
 				bound[port] = free
 				return free
 			}
-			cfg := &Config{Policy: mustPolicy(t, "ssh.test:22"), Resolve: resolveAllTest, Dial: testDial, Log: NewLogger(&entryLog{})}
+			cfg := &Config{Policy: mustPolicy(t, "ssh.test:22"), Resolve: resolveAllTest, Dial: testDial, Log: decisionlog.NewWriter(&entryLog{})}
 			s, err := Listen(cfg, loopbackAddr, Ports{Bind: bind})
 			if err == nil {
 				s.Close()
@@ -521,7 +523,7 @@ func freePort(t *testing.T) uint16 {
 
 func TestListenRefuses(t *testing.T) {
 	t.Parallel()
-	log := NewLogger(&entryLog{})
+	log := decisionlog.NewWriter(&entryLog{})
 	tests := map[string]struct {
 		cfg   *Config
 		addr  netip.Addr
@@ -552,7 +554,7 @@ func TestListenRefuses(t *testing.T) {
 // second Serve is refused.
 func TestServeAndClose(t *testing.T) {
 	t.Parallel()
-	cfg := &Config{Resolve: resolveAllTest, Dial: testDial, Log: NewLogger(&entryLog{})}
+	cfg := &Config{Resolve: resolveAllTest, Dial: testDial, Log: decisionlog.NewWriter(&entryLog{})}
 	s, err := Listen(cfg, loopbackAddr, Ports{Bind: anyPort})
 	if err != nil {
 		t.Fatal(err)
@@ -606,7 +608,7 @@ func TestServerBandwidth(t *testing.T) {
 		Policy:    mustPolicy(t, hostPort("sink.test", sink), hostPort("source.test", source), "web.test"),
 		Resolve:   resolveAllTest,
 		Dial:      portMapDial(map[uint16]uint16{80: serverPort(t, web)}),
-		Log:       NewLogger(log),
+		Log:       decisionlog.NewWriter(log),
 		Bandwidth: rate,
 	}
 	s := startServer(t, cfg, Ports{Bind: anyPort})

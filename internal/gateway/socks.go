@@ -11,6 +11,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 )
 
 // SOCKS5 (RFC 1928) constants the server uses.
@@ -49,7 +51,7 @@ func (c *Config) ServeSOCKS(l net.Listener) error {
 // serveSOCKSConn serves one SOCKS5 connection.
 func (c *Config) serveSOCKSConn(ctx context.Context, conn net.Conn, timeout time.Duration) {
 	conn.SetDeadline(time.Now().Add(timeout))
-	e := Entry{Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: "socks5"}
+	e := decisionlog.Entry{Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: "socks5"}
 	reject := func(reason string, err error) {
 		e.Reason = reason
 		if err != nil {
@@ -128,7 +130,7 @@ func (c *Config) serveSOCKSConn(ctx context.Context, conn net.Conn, timeout time
 
 // openSOCKS connects to the destination of an entry made by decide, or
 // returns the reply code for the failure and updates e.
-func (c *Config) openSOCKS(ctx context.Context, e *Entry, timeout time.Duration) (net.Conn, byte) {
+func (c *Config) openSOCKS(ctx context.Context, e *decisionlog.Entry, timeout time.Duration) (net.Conn, byte) {
 	if !e.Allowed {
 		return nil, socksNotAllowed
 	}

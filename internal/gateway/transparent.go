@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -33,7 +34,7 @@ func (c *Config) ServeTLS(l net.Listener, port uint16) error {
 		_ = conn.SetReadDeadline(time.Now().Add(peekTimeout))
 		name, replay, err := peekSNI(conn)
 		if err != nil {
-			c.resetRefused(conn, Entry{Via: "sni", Port: port, Reason: "no server name", Error: err.Error()})
+			c.resetRefused(conn, decisionlog.Entry{Via: "sni", Port: port, Reason: "no server name", Error: err.Error()})
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
@@ -56,7 +57,7 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 		_ = conn.SetReadDeadline(time.Now().Add(peekTimeout))
 		host, _, replay, err := peekHost(conn)
 		if err != nil {
-			e := Entry{Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: "host", Port: port, Reason: "no Host header", Error: err.Error()}
+			e := decisionlog.Entry{Time: c.now().UTC(), Client: conn.RemoteAddr().String(), Via: "host", Port: port, Reason: "no Host header", Error: err.Error()}
 			_ = c.Log.Write(e)
 			writeHTTPRefusal(conn, "400 Bad Request", "propio-sandbox gateway: cannot route this request: "+err.Error()+"\n")
 			return
@@ -102,7 +103,7 @@ func (c *Config) ServeForward(l net.Listener, host string, port uint16) error {
 // sends it replay (what the client sent, first what was peeked) and pipes
 // both ways; it logs e with the byte counts. A client whose upstream cannot
 // be reached, or may never be reached, is reset.
-func (c *Config) forwardAllowed(ctx context.Context, conn net.Conn, replay io.Reader, e Entry) {
+func (c *Config) forwardAllowed(ctx context.Context, conn net.Conn, replay io.Reader, e decisionlog.Entry) {
 	up, _ := c.dialChecked(ctx, &e)
 	if up == nil {
 		c.resetRefused(conn, e)
@@ -111,7 +112,7 @@ func (c *Config) forwardAllowed(ctx context.Context, conn net.Conn, replay io.Re
 	c.pipeLogged(ctx, conn, replay, up, e)
 }
 
-func (c *Config) pipeLogged(ctx context.Context, conn net.Conn, replay io.Reader, up net.Conn, e Entry) {
+func (c *Config) pipeLogged(ctx context.Context, conn net.Conn, replay io.Reader, up net.Conn, e decisionlog.Entry) {
 	defer up.Close()
 	e.BytesUp, e.BytesDown = c.relay(ctx, &bufferedConn{Conn: conn, r: replay}, up)
 	_ = c.Log.Write(e)
@@ -121,7 +122,7 @@ func (c *Config) pipeLogged(ctx context.Context, conn net.Conn, replay io.Reader
 // it returns no connection it has updated e: Allowed false with the reason
 // for an address no rule can allow (DNS rebinding), or Error when the
 // upstream could not be reached.
-func (c *Config) dialChecked(ctx context.Context, e *Entry) (net.Conn, error) {
+func (c *Config) dialChecked(ctx context.Context, e *decisionlog.Entry) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, upstreamTimeout)
 	defer cancel()
 	up, err := c.upstream(ctx, e.Host, e.Port)
@@ -136,7 +137,7 @@ func (c *Config) dialChecked(ctx context.Context, e *Entry) (net.Conn, error) {
 }
 
 // resetRefused logs e and resets the connection.
-func (c *Config) resetRefused(conn net.Conn, e Entry) {
+func (c *Config) resetRefused(conn net.Conn, e decisionlog.Entry) {
 	if e.Time.IsZero() {
 		e.Time = c.now().UTC()
 	}

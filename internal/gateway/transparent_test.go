@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
@@ -82,7 +83,7 @@ func newTransparentConfig(t *testing.T, allow, deny []string, n *loopbackNet) (*
 		t.Fatal(err)
 	}
 	log := &entryLog{}
-	return &Config{Policy: p, Profile: ".propio/sandbox.yaml", Resolve: n.resolve, Dial: n.dial, Log: NewLogger(log)}, log
+	return &Config{Policy: p, Profile: ".propio/sandbox.yaml", Resolve: n.resolve, Dial: n.dial, Log: decisionlog.NewWriter(log)}, log
 }
 
 // testCert is a self-signed certificate for names, valid for an hour.
@@ -292,44 +293,44 @@ func TestServeHostHTTP(t *testing.T) {
 	tests := map[string]struct {
 		request string
 		status  int
-		body    []string // parts of the body
-		log     Entry    // Via, Host, Allowed and a part of Reason are checked
+		body    []string          // parts of the body
+		log     decisionlog.Entry // Via, Host, Allowed and a part of Reason are checked
 	}{
 		"allowed": {
 			request: "POST /v1/x HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
 			status:  200,
 			body:    []string{`upstream: POST /v1/x host=allowed.test body="hello"`},
-			log:     Entry{Host: "allowed.test", Allowed: true, Reason: "allowed by"},
+			log:     decisionlog.Entry{Host: "allowed.test", Allowed: true, Reason: "allowed by"},
 		},
 		"denied": {
 			request: "GET / HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n",
 			status:  403,
 			body:    []string{"denied.test is not allowed (no network.allow rule matches)", "add to network.allow (.propio/sandbox.yaml):", `- "denied.test"`},
-			log:     Entry{Host: "denied.test", Reason: "no network.allow rule matches"},
+			log:     decisionlog.Entry{Host: "denied.test", Reason: "no network.allow rule matches"},
 		},
 		"denied with a body still unread": {
 			request: "POST / HTTP/1.1\r\nHost: denied2.test\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000),
 			status:  403,
 			body:    []string{"denied2.test is not allowed"},
-			log:     Entry{Host: "denied2.test", Reason: "no network.allow rule matches"},
+			log:     decisionlog.Entry{Host: "denied2.test", Reason: "no network.allow rule matches"},
 		},
 		"rebinding": {
 			request: "GET / HTTP/1.1\r\nHost: rebind.test\r\n\r\n",
 			status:  403,
 			body:    []string{"169.254.169.254", "always denied"},
-			log:     Entry{Host: "rebind.test", Reason: "always denied"},
+			log:     decisionlog.Entry{Host: "rebind.test", Reason: "always denied"},
 		},
 		"unresolvable": {
 			request: "GET / HTTP/1.1\r\nHost: unresolvable.test\r\n\r\n",
 			status:  502,
 			body:    []string{"cannot reach unresolvable.test", "no such host"},
-			log:     Entry{Host: "unresolvable.test", Allowed: true, Reason: "allowed by"},
+			log:     decisionlog.Entry{Host: "unresolvable.test", Allowed: true, Reason: "allowed by"},
 		},
 		"no Host": {
 			request: "GET / HTTP/1.0\r\n\r\n",
 			status:  400,
 			body:    []string{"no Host header"},
-			log:     Entry{Host: "", Reason: "no Host header"},
+			log:     decisionlog.Entry{Host: "", Reason: "no Host header"},
 		},
 	}
 	for name, tt := range tests {

@@ -180,7 +180,7 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 	if path := filepath.Join(home, ".ssh", "known_hosts"); isFile(path) {
 		h.KnownHosts = path
 	}
-	if p.User == "host" {
+	if p.User.IsHost() {
 		if h.Passwd, h.Group, err = accountFiles(dirs.State, h.UID, h.GID); err != nil {
 			return generator.Host{}, nil, err
 		}

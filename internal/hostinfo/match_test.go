@@ -35,7 +35,7 @@ func rules(t *testing.T, readonly, hide []string) *profile.Profile {
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Locations{}.LoadFile(file, profile.Limits{CPUs: 64, Memory: 1 << 40})
+	p, err := profile.Locations{}.LoadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

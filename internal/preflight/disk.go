@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/diskcap"
 	"github.com/propio/propio-sandbox/internal/engine"
@@ -49,11 +48,7 @@ func (c *checker) disk(ctx context.Context) Result {
 		parts = append(parts, "writable layer: watched, the engine's measure ("+st.Why+")")
 	}
 
-	tmp := int64(profile.MinTmp)
-	if b, err := units.RAMInBytes(p.Resources.Tmp); err == nil {
-		tmp = b
-	}
-	parts = append(parts, fmt.Sprintf("/tmp and HOME: tmpfs of %s each, writes past it fail inside", profile.ByteSize(min(tmp, limit))))
+	parts = append(parts, fmt.Sprintf("/tmp and HOME: tmpfs of %s each, writes past it fail inside", profile.ByteSize(min(int64(p.Resources.Tmp), limit))))
 
 	rw := p.Workspace.Mode == profile.ModeRW
 	var rwMounts int

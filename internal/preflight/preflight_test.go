@@ -56,7 +56,7 @@ func load(t *testing.T, yaml string) *profile.Profile {
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := profile.Locations{}.LoadFile(path, profile.Limits{})
+	p, err := profile.Locations{}.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

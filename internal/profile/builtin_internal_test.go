@@ -35,7 +35,7 @@ func TestBuiltinRelativePaths(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Locations{}.load("x", doc, nil, Limits{CPUs: 2, Memory: 4 << 30})
+			_, err = Locations{}.load("x", doc, nil)
 			var got []string
 			if list, ok := err.(List); ok {
 				for _, e := range list {

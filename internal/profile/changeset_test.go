@@ -17,7 +17,7 @@ func TestForceChangeset(t *testing.T) {
 	})
 	locs := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: dir}
 
-	p, err := locs.LoadFile(filepath.Join(dir, "ok.yaml"), hostLimits)
+	p, err := locs.LoadFile(filepath.Join(dir, "ok.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestForceChangeset(t *testing.T) {
 		t.Errorf("workspace.mode = %q, want changeset", p.Workspace.Mode)
 	}
 
-	p, err = locs.LoadFile(filepath.Join(dir, "inside.yaml"), hostLimits)
+	p, err = locs.LoadFile(filepath.Join(dir, "inside.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/internal/egress"
 	"go.yaml.in/yaml/v3"
@@ -21,9 +19,9 @@ import (
 const (
 	DefaultTarget  = "/workspace"
 	DefaultCPUs    = 2.0
-	DefaultMemory  = "2g"
+	DefaultMemory  = 2 * units.GiB
 	DefaultPids    = 100
-	DefaultTmp     = "1g"
+	DefaultTmp     = 1 * units.GiB
 	DefaultDisk    = 10 * units.GiB
 	DefaultNetwork = "none"
 	// DefaultSSHAgent: the SSH agent is forwarded only when a profile, or
@@ -33,7 +31,8 @@ const (
 	HomeDir = "/home/sandbox"
 )
 
-// Bounds of resource requests. The upper bounds of cpus and memory are the host's.
+// Bounds of resource requests. The upper bounds of cpus and memory are the
+// host's, which preflight checks (a profile loads the same on every host).
 const (
 	MinCPUs   = 0.5
 	MinMemory = 512 * units.MiB
@@ -45,8 +44,9 @@ const (
 	MaxDisk   = 100 * units.GiB
 )
 
-// Limits are the host's capacity, the upper bounds of resource requests.
-// A zero field is unknown and not checked.
+// Limits are the host's capacity, the upper bounds of resource requests,
+// which preflight checks, and what FitDefaults fits the defaults to. A zero
+// field is unknown and not checked.
 type Limits struct {
 	CPUs   float64
 	Memory int64
@@ -67,8 +67,18 @@ func (p *Profile) text(path ...string) string {
 	return ""
 }
 
+// lookupPath walks path (keys, and indexes of sequences) from n; nil when
+// it is not there.
 func lookupPath(n *yaml.Node, path []string) *yaml.Node {
 	for _, k := range path {
+		if n != nil && n.Kind == yaml.SequenceNode {
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return nil
+			}
+			n = n.Content[i]
+			continue
+		}
 		n = lookup(n, k)
 		if n == nil {
 			return nil
@@ -80,9 +90,6 @@ func lookupPath(n *yaml.Node, path []string) *yaml.Node {
 func (p *Profile) applyDefaults() {
 	if p.Version == 0 {
 		p.Version = 1
-	}
-	if p.User == "" {
-		p.User = "host"
 	}
 	if p.Workspace.Target == "" {
 		p.Workspace.Target = DefaultTarget
@@ -104,13 +111,13 @@ func (p *Profile) applyDefaults() {
 	if p.Resources.CPUs == 0 && !p.set("resources", "cpus") {
 		p.Resources.CPUs = DefaultCPUs
 	}
-	if p.Resources.Memory == "" {
+	if p.Resources.Memory == 0 && !p.set("resources", "memory") {
 		p.Resources.Memory = DefaultMemory
 	}
 	if p.Resources.Pids == 0 && !p.set("resources", "pids") {
 		p.Resources.Pids = DefaultPids
 	}
-	if p.Resources.Tmp == "" {
+	if p.Resources.Tmp == 0 && !p.set("resources", "tmp") {
 		p.Resources.Tmp = DefaultTmp
 	}
 	if p.Resources.Disk == 0 && !p.set("resources", "disk") {
@@ -138,15 +145,14 @@ func (p *Profile) applyDefaults() {
 
 // FitDefaults lowers the cpus and memory defaults to what the host has, so
 // that a profile that does not ask for resources runs on a small machine.
-// Values a profile sets are left for Check to judge.
+// Values a profile sets are left for preflight to judge against the host.
+// Load does not call it: a profile loads the same on every host.
 func (p *Profile) FitDefaults(l Limits) {
 	if l.CPUs > 0 && !p.set("resources", "cpus") && p.Resources.CPUs > l.CPUs {
 		p.Resources.CPUs = math.Max(MinCPUs, l.CPUs)
 	}
-	if l.Memory > 0 && !p.set("resources", "memory") {
-		if b, err := units.RAMInBytes(p.Resources.Memory); err == nil && b > l.Memory {
-			p.Resources.Memory = human(l.Memory / units.MiB * units.MiB)
-		}
+	if l.Memory > 0 && !p.set("resources", "memory") && int64(p.Resources.Memory) > l.Memory {
+		p.Resources.Memory = ByteSize(l.Memory / units.MiB * units.MiB)
 	}
 }
 
@@ -218,10 +224,10 @@ func (p *Profile) expandable() []struct {
 	return out
 }
 
-// Check applies the rules that a schema cannot say, against the host's limits.
-// It returns every problem, as a List.
-func (p *Profile) Check(l Limits) error {
-	p.FitDefaults(l)
+// Check applies the rules that a schema cannot say and that hold on any
+// host (how much this host has is preflight's to judge). It returns every
+// problem, as a List.
+func (p *Profile) Check() error {
 	var errs List
 	add := func(msg, hint string, path ...string) { errs = append(errs, p.errorAt(msg, hint, path...)) }
 
@@ -309,39 +315,31 @@ func (p *Profile) Check(l Limits) error {
 		}
 	}
 
-	if l.CPUs > 0 && p.Resources.CPUs > l.CPUs {
-		add(fmt.Sprintf("%g is more than this host's %g cores", p.Resources.CPUs, l.CPUs), "", "resources", "cpus")
-	} else if p.Resources.CPUs < MinCPUs {
+	if p.Resources.CPUs < MinCPUs {
 		add(fmt.Sprintf("%g is below the minimum of %g", p.Resources.CPUs, MinCPUs), "", "resources", "cpus")
 	}
-	checkSize := func(field, value string, lo, hi int64, hiWhat string) {
-		b, err := units.RAMInBytes(value)
-		switch {
-		case err != nil:
-			add(fmt.Sprintf("%q is not a size", value), "write a size such as 512m or 2g", "resources", field)
+	checkSize := func(field string, value ByteSize, lo, hi int64, hint string) {
+		text := cmp.Or(p.text("resources", field), value.String())
+		switch b := int64(value); {
+		case b < 0:
+			add(fmt.Sprintf("%q is not a size", text), hint, "resources", field)
 		case b < lo:
-			add(fmt.Sprintf("%s is below the minimum of %s", value, human(lo)), "", "resources", field)
+			add(fmt.Sprintf("%s is below the minimum of %s", text, human(lo)), "", "resources", field)
 		case hi > 0 && b > hi:
-			add(fmt.Sprintf("%s is more than %s %s", value, hiWhat, human(hi)), "", "resources", field)
+			add(fmt.Sprintf("%s is more than the maximum of %s", text, human(hi)), "", "resources", field)
 		}
 	}
-	checkSize("memory", p.Resources.Memory, MinMemory, l.Memory, "this host's")
-	checkSize("tmp", p.Resources.Tmp, MinTmp, MaxTmp, "the maximum of")
-	switch disk := int64(p.Resources.Disk); {
-	case disk < 0:
-		add(fmt.Sprintf("%q is not a size", p.text("resources", "disk")), "write a size such as 1g or 20g", "resources", "disk")
-	case disk < MinDisk:
-		add(fmt.Sprintf("%s is below the minimum of %s", p.text("resources", "disk"), human(MinDisk)), "", "resources", "disk")
-	case disk > MaxDisk:
-		add(fmt.Sprintf("%s is more than the maximum of %s", p.text("resources", "disk"), human(MaxDisk)), "", "resources", "disk")
-	}
+	checkSize("memory", p.Resources.Memory, MinMemory, 0, "write a size such as 512m or 2g")
+	checkSize("tmp", p.Resources.Tmp, MinTmp, MaxTmp, "write a size such as 512m or 2g")
+	checkSize("disk", p.Resources.Disk, MinDisk, MaxDisk, "write a size such as 1g or 20g")
 	if p.Resources.Pids < MinPids || p.Resources.Pids > MaxPids {
 		add(fmt.Sprintf("%d is outside %d .. %d", p.Resources.Pids, MinPids, MaxPids), "", "resources", "pids")
 	}
-	if p.Resources.Timeout != "" {
-		if d, err := time.ParseDuration(p.Resources.Timeout); err != nil || d <= 0 {
-			add(fmt.Sprintf("%q is not a positive duration", p.Resources.Timeout), "write a duration such as 90s, 30m or 2h", "resources", "timeout")
-		}
+	if p.Resources.Timeout < 0 {
+		add(fmt.Sprintf("%q is not a positive duration", p.text("resources", "timeout")), "write a duration such as 90s, 30m or 2h", "resources", "timeout")
+	}
+	if err := p.User.err(); err != nil {
+		add(err.Error(), "write host, root or UID:GID", "user")
 	}
 
 	for i, c := range p.Security.CapAdd {
@@ -351,8 +349,8 @@ func (p *Profile) Check(l Limits) error {
 	}
 
 	for i, port := range p.Ports {
-		if _, err := types.ParsePortConfig(port); err != nil {
-			add(fmt.Sprintf("%q: %s", port, lowerFirst(err.Error())), "", "ports", strconv.Itoa(i))
+		if port.err != nil {
+			add(fmt.Sprintf("%q: %s", port.Spec, lowerFirst(port.err.Error())), "", "ports", strconv.Itoa(i))
 		}
 	}
 	switch {
@@ -378,10 +376,8 @@ func (p *Profile) Check(l Limits) error {
 			add(fmt.Sprintf("%q is the name of another check too", c.Name), "", "checks", idx, "name")
 		}
 		seen[c.Name] = true
-		if c.Timeout != "" {
-			if d, err := time.ParseDuration(c.Timeout); err != nil || d <= 0 {
-				add(fmt.Sprintf("%q is not a positive duration", c.Timeout), "write a duration such as 20s or 2m", "checks", idx, "timeout")
-			}
+		if c.Timeout < 0 {
+			add(fmt.Sprintf("%q is not a positive duration", p.text("checks", idx, "timeout")), "write a duration such as 20s or 2m", "checks", idx, "timeout")
 		}
 	}
 	p.sortByPos(errs)

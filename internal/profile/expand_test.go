@@ -50,7 +50,7 @@ func TestExpand(t *testing.T) {
 
 			dir := t.TempDir()
 			writeFiles(t, dir, map[string]string{"p.yaml": "image: a\ncommand: ['" + tt.in + "']\n"})
-			got := validate(t, profile.Locations{}, filepath.Join(dir, "p.yaml"), hostLimits, dir)
+			got := validate(t, profile.Locations{}, filepath.Join(dir, "p.yaml"), dir)
 			if rejected := len(got) > 0; rejected != tt.rejected {
 				t.Errorf("Check rejected %q: %v, want %v (%q)", tt.in, rejected, tt.rejected, got)
 			}

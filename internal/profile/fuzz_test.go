@@ -35,7 +35,7 @@ func FuzzParse(f *testing.F) {
 			return // following extends reads other files; the extends tests cover it
 		}
 		// The whole load: schema problems, merge, defaults and Check together.
-		p, err := (Locations{}).load("fuzz.yaml", doc, err, Limits{CPUs: 2, Memory: 4 << 30})
+		p, err := (Locations{}).load("fuzz.yaml", doc, err)
 		if err != nil {
 			positioned(t, "load", err)
 			return

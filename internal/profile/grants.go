@@ -247,7 +247,7 @@ func (p *Profile) hostFreeDangers() []found {
 			add(UnsafeHostRoot, m.Source+" is the host's root directory: the sandbox sees the whole host", "mounts", strconv.Itoa(i), "source")
 		}
 	}
-	if isRootUser(p.User) {
+	if p.User.IsRoot() {
 		add(UnsafeRootUser, fmt.Sprintf("%q runs the sandbox as root: on a rootful engine what it writes in the workspace is root's on the host, and a setuid program it leaves there runs as root for anyone on the host", p.User), "user")
 	}
 	for i, pat := range p.Env.Pass {
@@ -257,16 +257,6 @@ func (p *Profile) hostFreeDangers() []found {
 	}
 	out = append(out, p.capDangers()...)
 	return out
-}
-
-// isRootUser reports whether user runs the sandbox as uid 0.
-func isRootUser(user string) bool {
-	if user == "root" {
-		return true
-	}
-	uid, _, ok := strings.Cut(user, ":")
-	n, err := strconv.Atoi(uid)
-	return ok && err == nil && n == 0
 }
 
 // anchoredGlob reports whether an env.pass pattern is a name, or a glob

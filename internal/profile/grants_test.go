@@ -185,7 +185,7 @@ func TestUnsafeGrantsWithoutHost(t *testing.T) {
 			dir := t.TempDir()
 			writeFiles(t, dir, tt.files)
 			locs := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: filepath.Join(dir, "ws")}
-			_, err := locs.Load(tt.ref, profile.Limits{})
+			_, err := locs.Load(tt.ref)
 			got := grantProblems(t, err, dir)
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
@@ -201,7 +201,7 @@ func TestEnvGlobs(t *testing.T) {
 	for _, pat := range append(anchored, loose...) {
 		dir := t.TempDir()
 		writeFiles(t, dir, map[string]string{"p.yaml": "image: a\nenv: {pass: ['" + pat + "']}\n"})
-		_, err := profile.Locations{}.LoadFile(filepath.Join(dir, "p.yaml"), profile.Limits{})
+		_, err := profile.Locations{}.LoadFile(filepath.Join(dir, "p.yaml"))
 		got := grantProblems(t, err, dir)
 		want := []string(nil)
 		if slices.Contains(loose, pat) && pat != "A_*B" {
@@ -316,7 +316,7 @@ func TestGrantsOnHost(t *testing.T) {
 			cfg := t.TempDir()
 			writeFiles(t, cfg, map[string]string{"p.yaml": "image: a\nmounts:\n  - source: '" + src + "'\n    target: /m\n    optional: true\n"})
 			// A mount of / written as such is refused by Load already.
-			p, err := profile.Locations{Workspace: host.Workspace}.LoadFile(filepath.Join(cfg, "p.yaml"), profile.Limits{})
+			p, err := profile.Locations{Workspace: host.Workspace}.LoadFile(filepath.Join(cfg, "p.yaml"))
 			if err == nil {
 				var granted []profile.Grant
 				granted, err = p.Grants(host)
@@ -343,7 +343,7 @@ func TestGrantsOnHost(t *testing.T) {
 			}
 			// Named in unsafe, the same grants are granted, each once.
 			writeFiles(t, cfg, map[string]string{"p.yaml": "image: a\nmounts:\n  - source: '" + src + "'\n    target: /m\n    optional: true\nunsafe: [" + strings.Join(tt.want, ", ") + "]\n"})
-			p, err = profile.Locations{Workspace: host.Workspace}.LoadFile(filepath.Join(cfg, "p.yaml"), profile.Limits{})
+			p, err = profile.Locations{Workspace: host.Workspace}.LoadFile(filepath.Join(cfg, "p.yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -381,7 +381,7 @@ func TestGrantsFromRepository(t *testing.T) {
 		"ws/.propio/sandbox.yaml": "extends: mine\nmounts: [{source: ~/.ssh/id_ed25519, target: /repo-key}]\n",
 	})
 	ws := filepath.Join(dir, "ws")
-	p, err := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: ws}.Load("", profile.Limits{})
+	p, err := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: ws}.Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,19 +436,19 @@ func TestGrantsBuildContext(t *testing.T) {
 	})
 	host := profile.GrantHost{Home: filepath.Join(dir, "home"), Workspace: filepath.Join(dir, "ws"), Resolve: fsutil.Resolve}
 	locs := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: host.Workspace, Host: &host}
-	_, err = locs.Load("home", profile.Limits{})
+	_, err = locs.Load("home")
 	if got := grantProblems(t, err, dir); !slices.Equal(got, []string{"cfg/home.yaml:2:18 build.context unnamed home"}) {
 		t.Errorf("a build context of HOME: %q", got)
 	}
 	if err != nil && !strings.Contains(err.Error(), "the build, and so the image it makes, sees all of it") {
 		t.Errorf("the message does not say it is the build that sees it: %v", err)
 	}
-	if _, err := locs.Load("project", profile.Limits{}); err != nil {
+	if _, err := locs.Load("project"); err != nil {
 		t.Errorf("a build context of a project below HOME: %v", err)
 	}
 	// A built-in's context is the install root, whatever it is.
 	host.PropioHome = host.Home
-	if _, err := locs.Load("offline", profile.Limits{}); err != nil {
+	if _, err := locs.Load("offline"); err != nil {
 		t.Errorf("a built-in with PROPIO_HOME at HOME: %v", err)
 	}
 }

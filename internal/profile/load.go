@@ -46,17 +46,18 @@ func IsPath(ref string) bool {
 
 // Load finds the profile named by ref (a name, a path, or "" for the
 // repository's profile or else the default built-in), resolves its extends
-// chain, applies defaults and checks it against limits. Every problem found,
-// by the schema and by Check, is returned in one List, in file order.
-func (l Locations) Load(ref string, limits Limits) (*Profile, error) {
+// chain, applies defaults and checks it. Every problem found, by the schema
+// and by Check, is returned in one List, in file order. What it gives does
+// not depend on the host's cores and memory: preflight judges those.
+func (l Locations) Load(ref string) (*Profile, error) {
 	leaf, err := l.find(ref)
-	return l.load(ref, leaf, err, limits)
+	return l.load(ref, leaf, err)
 }
 
 // LoadFile is Load for a profile file (as `validate FILE` does).
-func (l Locations) LoadFile(path string, limits Limits) (*Profile, error) {
+func (l Locations) LoadFile(path string) (*Profile, error) {
 	leaf, err := l.readFile(path, path)
-	return l.load(path, leaf, err, limits)
+	return l.load(path, leaf, err)
 }
 
 // Resolve is Load without the final Check: extends merged and defaults
@@ -86,7 +87,7 @@ func (l Locations) resolveOnly(ref string, leaf *Document, leafErr error) (*Prof
 	return p, nil
 }
 
-func (l Locations) load(ref string, leaf *Document, leafErr error, limits Limits) (*Profile, error) {
+func (l Locations) load(ref string, leaf *Document, leafErr error) (*Profile, error) {
 	if leaf == nil {
 		return nil, leafErr
 	}
@@ -98,7 +99,7 @@ func (l Locations) load(ref string, leaf *Document, leafErr error, limits Limits
 		return nil, problems
 	}
 	var checked List
-	if err := p.Check(limits); err != nil {
+	if err := p.Check(); err != nil {
 		checked = err.(List)
 	}
 	if l.Host != nil {

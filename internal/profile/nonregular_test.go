@@ -98,7 +98,7 @@ func loadBounded(t *testing.T, locs profile.Locations, ref string) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := locs.Load(ref, profile.Limits{})
+		_, err := locs.Load(ref)
 		done <- err
 	}()
 	select {

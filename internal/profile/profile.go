@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -22,14 +23,14 @@ type Profile struct {
 	Image       string    `yaml:"image,omitempty"`
 	Build       *Build    `yaml:"build,omitempty"`
 	Command     []string  `yaml:"command,omitempty"`
-	User        string    `yaml:"user,omitempty"`
+	User        User      `yaml:"user"`
 	Workspace   Workspace `yaml:"workspace"`
 	Mounts      []Mount   `yaml:"mounts,omitempty"`
 	Env         Env       `yaml:"env,omitempty"`
 	Network     Network   `yaml:"network"`
 	Resources   Resources `yaml:"resources"`
 	Security    Security  `yaml:"security"`
-	Ports       []string  `yaml:"ports,omitempty"`
+	Ports       []Port    `yaml:"ports,omitempty"`
 	Git         Git       `yaml:"git,omitempty"`
 	// SSHAgent forwards the launcher's SSH agent: auto (when SSH_AUTH_SOCK
 	// is set), on, or off (the default). PROPIO_SANDBOX_SSH_AGENT (or
@@ -104,11 +105,20 @@ type Env struct {
 type DeclaredCheck struct {
 	Name    string   `yaml:"name"`
 	Run     []string `yaml:"run"`
-	Timeout string   `yaml:"timeout,omitempty"` // default DefaultCheckTimeout
+	Timeout Duration `yaml:"timeout,omitempty"` // default DefaultCheckTimeout
 }
 
 // DefaultCheckTimeout bounds a declared check that states no timeout.
-const DefaultCheckTimeout = "30s"
+const DefaultCheckTimeout = 30 * time.Second
+
+// Deadline is how long the check may take: its timeout, or
+// DefaultCheckTimeout.
+func (c DeclaredCheck) Deadline() time.Duration {
+	if c.Timeout > 0 {
+		return time.Duration(c.Timeout)
+	}
+	return DefaultCheckTimeout
+}
 
 // Git is the host git setup the sandbox shares.
 type Git struct {
@@ -128,12 +138,15 @@ type Network struct {
 	Bandwidth string `yaml:"bandwidth,omitempty"`
 }
 
+// Resources are the sandbox's limits. Sizes and the timeout are parsed
+// once, when the profile is decoded.
 type Resources struct {
-	CPUs    float64 `yaml:"cpus,omitempty"`
-	Memory  string  `yaml:"memory,omitempty"`
-	Pids    int64   `yaml:"pids,omitempty"`
-	Tmp     string  `yaml:"tmp,omitempty"`
-	Timeout string  `yaml:"timeout,omitempty"`
+	CPUs   float64  `yaml:"cpus,omitempty"`
+	Memory ByteSize `yaml:"memory,omitempty"`
+	Pids   int64    `yaml:"pids,omitempty"`
+	Tmp    ByteSize `yaml:"tmp,omitempty"`
+	// Timeout stops the sandbox after this long; zero: never.
+	Timeout Duration `yaml:"timeout,omitempty"`
 	// Disk caps what the sandbox writes to each place it can write (its
 	// writable layer, /tmp and HOME, the workspace and rw mounts, a
 	// changeset), in bytes.

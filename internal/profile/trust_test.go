@@ -248,7 +248,7 @@ func TestNeedsTrustThroughALink(t *testing.T) {
 	if !profile.NeedsTrust(p, ws) {
 		t.Errorf("NeedsTrust through a link = false, want true (chain %+v)", p.Meta.Chain)
 	}
-	if _, err := locs.LoadFile(filepath.Join(dir, "link", profile.RepoProfile), profile.Limits{}); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
+	if _, err := locs.LoadFile(filepath.Join(dir, "link", profile.RepoProfile)); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
 		t.Errorf("unsafe in a repository profile named through a link: %v, want it refused", err)
 	}
 }
@@ -337,7 +337,7 @@ func TestNeedsTrustLinkOut(t *testing.T) {
 	if !profile.NeedsTrust(p, ws) {
 		t.Errorf("NeedsTrust through a .propio link out of the workspace = false, want true (chain %+v)", p.Meta.Chain)
 	}
-	if _, err := locs.Load("", profile.Limits{}); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
+	if _, err := locs.Load(""); err == nil || !strings.Contains(err.Error(), "a repository profile cannot name unsafe grants") {
 		t.Errorf("a user's profile reached through a link in the workspace: %v, want its unsafe refused", err)
 	}
 }

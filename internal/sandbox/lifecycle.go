@@ -1,11 +1,8 @@
-// Package sandbox owns a sandbox's launch: the lifecycle of one run over a
-// backend.Runtime (images checked, volumes made and filled, the disk cap
-// and the timeout enforced, the launcher's signals heard at each step,
-// what the sandbox wrote copied back, everything removed), and the removal
-// of what killed launchers left.
-//
-// It talks to no engine itself (only through the Runtime), and never
-// prints: it returns errors and exit codes for the command line to show.
+// The lifecycle of one run over a backend.Runtime: images checked,
+// volumes made and filled, the disk cap and the timeout enforced, the
+// launcher's signals heard at each step, what the sandbox wrote copied
+// back, everything removed.
+
 package sandbox
 
 import (
@@ -273,7 +270,7 @@ func (r *run) teardown(code int, err error) (int, error) {
 	r.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), removeBudget)
 	defer cancel()
-	rerr := r.rt.Remove(ctx, r.project.Name)
+	rerr := r.rt.Remove(ctx, r.project.Name, 0)
 	r.sigs.Stop(r.sigc)
 	// A signal before the container ran shows as a cancelled context.
 	if s := r.interrupted(); s != nil && (errors.Is(err, context.Canceled) || err == nil && code == 0) {

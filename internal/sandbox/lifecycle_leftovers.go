@@ -7,10 +7,12 @@ import (
 	"github.com/propio/propio-sandbox/internal/backend"
 )
 
-// GC removes the sandboxes whose launcher is gone (killed, so it could not
-// tear them down). Sandboxes of live launchers, and of other hosts, are
-// left alone. It returns the projects it removed.
-func GC(ctx context.Context, rt backend.Runtime) ([]string, error) {
+// removeLeftovers removes the sandboxes whose launcher is gone (killed, so
+// it could not tear them down): only what that launcher made, as a new
+// launcher may be starting a sandbox of the same name. Sandboxes of live
+// launchers, and of other hosts, are left alone. It returns the projects
+// it removed.
+func removeLeftovers(ctx context.Context, rt backend.Runtime) ([]string, error) {
 	list, err := rt.List(ctx)
 	if err != nil {
 		return nil, err
@@ -21,7 +23,7 @@ func GC(ctx context.Context, rt backend.Runtime) ([]string, error) {
 		if !leftover(s) {
 			continue
 		}
-		if err := rt.Remove(ctx, s.Project); err != nil {
+		if err := rt.Remove(ctx, s.Project, s.PID); err != nil {
 			errs = append(errs, err)
 			continue
 		}

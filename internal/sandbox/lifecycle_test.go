@@ -28,10 +28,10 @@ type outcome struct {
 // copies is a changeset's copy of the workspace, into the volume and back.
 var copies = []backend.VolumeCopy{{Volume: "changeset-ws", From: "/host/ws", To: "/host/changeset/ws"}}
 
-// launch runs p on f, hearing sigs, and checks what must hold however the
+// runOn runs p on f, hearing sigs, and checks what must hold however the
 // run ends: it returns, its teardown (Remove) ran exactly once and last,
 // and the launcher no longer catches signals.
-func launch(t *testing.T, f *fakeRuntime, sigs *fakeSignals, p *types.Project, o RunOptions) outcome {
+func runOn(t *testing.T, f *fakeRuntime, sigs *fakeSignals, p *types.Project, o RunOptions) outcome {
 	t.Helper()
 	var ran atomic.Bool
 	o.Signals = sigs
@@ -63,6 +63,8 @@ func launch(t *testing.T, f *fakeRuntime, sigs *fakeSignals, p *types.Project, o
 		t.Errorf("Remove called %d times, want once; calls: %v", n, calls)
 	} else if calls[len(calls)-1] != "Remove" {
 		t.Errorf("Remove is not the last call; calls: %v", calls)
+	} else if last := f.calls[len(f.calls)-1]; last != "Remove "+p.Name+" 0" {
+		t.Errorf("the teardown asked %q, want all of the project: Remove %s 0", last, p.Name)
 	}
 	if sigs.isArmed() {
 		t.Error("the launcher still catches signals after the run")
@@ -87,7 +89,7 @@ func TestRunExitCodes(t *testing.T) {
 				}
 				return "", false
 			}
-			out := launch(t, f, &fakeSignals{}, p, RunOptions{Copies: copies, LookupEnv: lookup})
+			out := runOn(t, f, &fakeSignals{}, p, RunOptions{Copies: copies, LookupEnv: lookup})
 			if out.code != want || out.err != nil {
 				t.Fatalf("Run = %d, %v; want %d, nil", out.code, out.err, want)
 			}
@@ -162,7 +164,7 @@ func TestRunSignalBeforeStart(t *testing.T) {
 			svc := p.Services[generator.Service]
 			svc.Build = &types.BuildConfig{Context: "."}
 			p.Services[generator.Service] = svc
-			out := launch(t, f, sigs, p, RunOptions{Copies: copies, Build: tc.step == "Build"})
+			out := runOn(t, f, sigs, p, RunOptions{Copies: copies, Build: tc.step == "Build"})
 			if out.code != 128+int(tc.sig) || !errors.Is(out.err, ErrInterrupted) {
 				t.Fatalf("Run = %d, %v; want %d, interrupted", out.code, out.err, 128+int(tc.sig))
 			}
@@ -204,7 +206,7 @@ func TestRunSignalWhileCreated(t *testing.T) {
 				t.Error("the container started after the signal")
 				return 0, nil
 			}
-			out := launch(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
+			out := runOn(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
 			if out.code != 143 || !errors.Is(out.err, ErrInterrupted) || !strings.Contains(out.err.Error(), "while starting") {
 				t.Fatalf("Run = %d, %v; want 143, interrupted while starting", out.code, out.err)
 			}
@@ -234,7 +236,7 @@ func TestRunSignalWhileRunning(t *testing.T) {
 		}
 		return 130, nil // what the command made of SIGINT
 	}
-	out := launch(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
+	out := runOn(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
 	if out.code != 130 || out.err != nil {
 		t.Fatalf("Run = %d, %v; want 130, nil", out.code, out.err)
 	}
@@ -259,7 +261,7 @@ func TestRunSignalDuringTeardown(t *testing.T) {
 		}
 		return nil
 	}
-	out := launch(t, f, sigs, testProject(false), RunOptions{ImageChecked: true})
+	out := runOn(t, f, sigs, testProject(false), RunOptions{ImageChecked: true})
 	if out.code != 7 || out.err != nil {
 		t.Fatalf("Run = %d, %v; want 7, nil", out.code, out.err)
 	}
@@ -295,7 +297,7 @@ func TestRunRearmsSignals(t *testing.T) {
 		}
 		return nil
 	}
-	out := launch(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
+	out := runOn(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
 	if out.code != 0 || out.err != nil {
 		t.Fatalf("Run = %d, %v", out.code, out.err)
 	}
@@ -319,7 +321,7 @@ func TestRunTimeout(t *testing.T) {
 				}
 			}
 			f.on["CopyOut"] = func(context.Context) error { return copyErr }
-			out := launch(t, f, &fakeSignals{}, testProject(false), RunOptions{Copies: copies, ImageChecked: true, Timeout: 100 * time.Millisecond})
+			out := runOn(t, f, &fakeSignals{}, testProject(false), RunOptions{Copies: copies, ImageChecked: true, Timeout: 100 * time.Millisecond})
 			if d := time.Since(start); d < 100*time.Millisecond {
 				t.Errorf("stopped after %s, before its timeout", d)
 			}
@@ -414,7 +416,7 @@ func TestRunErrors(t *testing.T) {
 			f, p := newFake(t), testProject(true)
 			o := RunOptions{Copies: copies}
 			tc.setup(f, p, &o)
-			out := launch(t, f, &fakeSignals{}, p, o)
+			out := runOn(t, f, &fakeSignals{}, p, o)
 			if out.err == nil || out.err.Error() != tc.want || !errors.Is(out.err, tc.is) {
 				t.Fatalf("error %v, want %q wrapping %v", out.err, tc.want, tc.is)
 			}
@@ -474,7 +476,7 @@ func TestRunDiskCap(t *testing.T) {
 			return 0, nil
 		}
 	}
-	out := launch(t, f, &fakeSignals{}, withDiskCap(testProject(false), 1<<20), RunOptions{Copies: copies, ImageChecked: true})
+	out := runOn(t, f, &fakeSignals{}, withDiskCap(testProject(false), 1<<20), RunOptions{Copies: copies, ImageChecked: true})
 	var over *backend.DiskCapError
 	if out.code != backend.ExitDiskCap || !errors.As(out.err, &over) || over.Where != backend.PlaceWorkspace {
 		t.Fatalf("Run = %d, %v; want 122 and the disk cap's error", out.code, out.err)
@@ -516,7 +518,7 @@ func TestRunStorageOptRefused(t *testing.T) {
 		return nil
 	}
 	f.run = func(context.Context, backend.RunSpec) (int, error) { return 5, nil }
-	out := launch(t, f, &fakeSignals{}, withDiskCap(testProject(false), 1<<20), RunOptions{ImageChecked: true})
+	out := runOn(t, f, &fakeSignals{}, withDiskCap(testProject(false), 1<<20), RunOptions{ImageChecked: true})
 	if out.code != 5 || out.err != nil {
 		t.Fatalf("Run = %d, %v; want the second run's 5, nil", out.code, out.err)
 	}
@@ -531,9 +533,10 @@ func TestRunStorageOptRefused(t *testing.T) {
 	}
 }
 
-// GC removes the sandboxes of this host's launchers that are gone, and
-// only those; a removal that fails does not stop the others.
-func TestGC(t *testing.T) {
+// The leftovers removed are the sandboxes of this host's launchers that
+// are gone, and only what those launchers made; a removal that fails does
+// not stop the others.
+func TestRemoveLeftovers(t *testing.T) {
 	t.Parallel()
 	host, _ := os.Hostname()
 	dead := deadPID(t)
@@ -546,12 +549,12 @@ func TestGC(t *testing.T) {
 		{Project: "fails", PID: dead, Host: host},
 	}
 	f.on["Remove"] = func(context.Context) error {
-		if strings.HasSuffix(f.calls[len(f.calls)-1], "fails") {
+		if strings.HasPrefix(f.calls[len(f.calls)-1], "Remove fails ") {
 			return errors.New("busy")
 		}
 		return nil
 	}
-	removed, err := GC(context.Background(), f)
+	removed, err := removeLeftovers(context.Background(), f)
 	if want := []string{"killed", "no-pid"}; !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
 	}
@@ -564,8 +567,9 @@ func TestGC(t *testing.T) {
 			asked = append(asked, p)
 		}
 	}
-	if want := []string{"killed", "no-pid", "fails"}; !slices.Equal(asked, want) {
-		t.Errorf("Remove asked for %v, want %v", asked, want)
+	d := strconv.Itoa(dead)
+	if want := []string{"killed " + d, "no-pid 0", "fails " + d}; !slices.Equal(asked, want) {
+		t.Errorf("Remove asked for %q, want %q (project, launcher)", asked, want)
 	}
 }
 

@@ -209,11 +209,11 @@ func (f *fakeRuntime) StopUnstarted(ctx context.Context, project string) bool {
 	return stopped
 }
 
-func (f *fakeRuntime) Remove(ctx context.Context, project string) error {
+func (f *fakeRuntime) Remove(ctx context.Context, project string, launcher int) error {
 	f.mu.Lock()
 	f.removeCtx = append(f.removeCtx, ctx)
 	f.mu.Unlock()
-	err := f.step(ctx, "Remove", project)
+	err := f.step(ctx, "Remove", project, launcher)
 	f.setState("removed")
 	return err
 }
@@ -318,7 +318,7 @@ func testProject(gateway bool) *types.Project {
 // withDiskCap gives the project's agent a disk cap.
 func withDiskCap(p *types.Project, limit int64) *types.Project {
 	svc := p.Services[generator.Service]
-	svc.Extensions = types.Extensions{generator.Extension: map[string]any{generator.ExtensionDisk: limit}}
+	svc.Extensions = types.Extensions{generator.ExtensionKey: map[string]any{"profile": "test", "disk": limit}}
 	p.Services[generator.Service] = svc
 	return p
 }

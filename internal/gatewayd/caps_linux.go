@@ -1,4 +1,4 @@
-package cli
+package gatewayd
 
 import (
 	"fmt"

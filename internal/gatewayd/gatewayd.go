@@ -1,0 +1,172 @@
+// Package gatewayd is the process of an allowlist sandbox's egress gateway:
+// what `propio-sandbox gateway` runs inside the gateway's container, from an
+// image made of the launcher's own binary. Started as root, it runs itself
+// again as the user it is given, with CAP_NET_ADMIN as its only capability
+// when the kernel forwards; it appends its decisions to the decision log
+// (package decisionlog), has the kernel forward allowed names when it can
+// (package natfwd), and serves the gateway (package gateway) until it is
+// signalled or its context ends.
+//
+// It parses no flags and prints nothing itself: the CLI hands it typed
+// Options and presents what it reports.
+package gatewayd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/egress"
+	"github.com/propio/propio-sandbox/internal/gateway"
+)
+
+// Options are what one gateway process serves, as the generator writes them
+// into the gateway service's command.
+type Options struct {
+	// Address is the gateway's address on the sandbox network: every
+	// listener binds it, and DNS answers with it.
+	Address netip.Addr
+	Policy  egress.Policy
+	// Profile and DenyAt are where network.allow and network.deny are, as
+	// FILE:LINE, named in denials.
+	Profile, DenyAt string
+	// Bandwidth caps the throughput each way, in bytes per second; 0: no cap.
+	Bandwidth int64
+	// Log is the decision log to append to; "" writes decisions to Stdout.
+	Log string
+	// Virtual is the prefix (as written, an invalid one is reported) through
+	// whose addresses the kernel forwards allowed names; "" relays in user
+	// space.
+	Virtual string
+	// User is who a gateway started as root serves as; nil: whoever
+	// started it.
+	User *User
+	// Args are this process's arguments, to run itself again as User.
+	Args []string
+	// Stdout and Stderr are the process's: decisions without a Log, and the
+	// output of the process run as User.
+	Stdout, Stderr io.Writer
+	// Report receives what the gateway says about itself, a line at a time:
+	// "note: ..." for what it could not do, then "serving on ...".
+	Report func(line string)
+	// Ports are the gateway's ports; zero: the defaults (tests bind others).
+	Ports gateway.Ports
+}
+
+// User is a user a gateway started as root serves as: for a UID above 0 it
+// runs itself again as UID:GID (GID -1: UID's number); for UID 0 it stays
+// root with no more than CAP_NET_ADMIN.
+type User struct{ UID, GID int }
+
+func (o *Options) report(format string, args ...any) {
+	if o.Report != nil {
+		o.Report(fmt.Sprintf(format, args...))
+	}
+}
+
+// Run serves the gateway until it gets SIGTERM, SIGINT or SIGHUP or ctx
+// ends. When it runs itself again as o.User, it waits for that process, and
+// returns its *exec.ExitError when it fails: that process has said why.
+func Run(ctx context.Context, o Options) error {
+	if os.Geteuid() == 0 && o.User != nil && o.User.UID > 0 {
+		return runAs(o, *o.User)
+	}
+	if os.Geteuid() == 0 && o.User != nil && o.User.UID == 0 {
+		// The user is root: stay root, with nothing more than kernel
+		// forwarding needs.
+		if err := dropCapabilities(o.Virtual != ""); err != nil {
+			// A cgo build cannot change every thread at once; its
+			// SETUID and SETGID stay, in a container without anything
+			// to run.
+			o.report("note: %v", err)
+		}
+	}
+	return serve(ctx, o)
+}
+
+func serve(ctx context.Context, o Options) error {
+	log := decisionlog.NewWriter(o.Stdout)
+	if o.Log != "" {
+		var err error
+		if log, err = decisionlog.Append(o.Log); err != nil {
+			return err
+		}
+	}
+	defer log.Close()
+	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if o.Virtual != "" && o.Bandwidth == 0 {
+		if note := kernelForwarding(ctx, cfg, o.Virtual); note != "" {
+			o.report("note: %s", note)
+		}
+	}
+	srv, err := gateway.Listen(cfg, o.Address, o.Ports)
+	if err != nil {
+		return err
+	}
+	for _, s := range srv.Skipped {
+		o.report("note: %s", s)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+		case <-ctx.Done():
+		}
+		srv.Close()
+	}()
+	how := "relayed in user space"
+	if cfg.Kernel != nil {
+		how = "to allowed names forwarded by the kernel through " + o.Virtual
+	}
+	o.report("serving on %s (%d allow, %d deny rules; connections %s)", o.Address, len(o.Policy.Allow), len(o.Policy.Deny), how)
+	return srv.Serve()
+}
+
+// runAs runs the gateway again as u, with CAP_NET_ADMIN as its
+// only capability (ambient, so it survives the exec) when it forwards in the
+// kernel, and waits for it, passing on the signals it gets. A container
+// engine gives a non-root user no capability, so the gateway starts as root
+// and leaves it at once: the log it writes is the user's, and nothing else
+// runs as root.
+func runAs(o Options, u User) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("gateway: finding this executable: %w", err)
+	}
+	gid := u.GID
+	if gid < 0 {
+		gid = u.UID
+	}
+	cmd := exec.Command(self, o.Args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, o.Stdout, o.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(gid), Groups: []uint32{}}}
+	if o.Virtual != "" {
+		keepNetAdmin(cmd.SysProcAttr)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("gateway: starting as %d:%d: %w", u.UID, gid, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case err := <-done:
+			return err
+		}
+	}
+}

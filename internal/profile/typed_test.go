@@ -1,0 +1,107 @@
+package profile_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// Sizes, durations, ports and the user are parsed once, when the profile
+// is decoded: the resolved profile holds the values, and shows them as a
+// profile would write them.
+func TestTypedValues(t *testing.T) {
+	t.Parallel()
+	p, _ := resolve(t, map[string]string{"p.yaml": `image: a
+user: "1000:100"
+network: {mode: open}
+resources: {memory: 1536m, tmp: 2g, timeout: 90m}
+ports: ["3000", "127.0.0.1:8080-8081:80-81/udp"]
+checks:
+  - {name: quick, run: [id], timeout: 5s}
+  - {name: default, run: [id]}
+`}, "p.yaml")
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+	r := p.Resources
+	if r.Memory != 1536<<20 || r.Tmp != 2<<30 || time.Duration(r.Timeout) != 90*time.Minute {
+		t.Errorf("resources memory %d tmp %d timeout %v", r.Memory, r.Tmp, time.Duration(r.Timeout))
+	}
+	if uid, gid := p.User.IDs(1, 2); uid != 1000 || gid != 100 || p.User.IsHost() || p.User.IsRoot() {
+		t.Errorf("user %s: ids %d:%d", p.User, uid, gid)
+	}
+	if len(p.Ports) != 2 || len(p.Ports[0].Bindings) != 1 || p.Ports[0].Bindings[0].Target != 3000 || p.Ports[0].Bindings[0].HostIP != "" {
+		t.Errorf("ports[0] %+v", p.Ports)
+	}
+	if b := p.Ports[1].Bindings; len(b) != 2 || b[0].Published != "8080" || b[1].Target != 81 || b[1].Protocol != "udp" || b[1].HostIP != "127.0.0.1" {
+		t.Errorf("ports[1] bindings %+v", b)
+	}
+	if d := p.Checks[0].Deadline(); d != 5*time.Second {
+		t.Errorf("checks[0] deadline %v", d)
+	}
+	if d := p.Checks[1].Deadline(); d != profile.DefaultCheckTimeout {
+		t.Errorf("checks[1] deadline %v, want the default", d)
+	}
+	out, err := p.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"user: 1000:100\n", "memory: 1536m\n", "tmp: 2g\n", "timeout: 1h30m\n", "- \"3000\"\n", "- 127.0.0.1:8080-8081:80-81/udp\n", "timeout: 5s\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("shown profile lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDefaultsAreTyped(t *testing.T) {
+	t.Parallel()
+	p, _ := resolve(t, map[string]string{"p.yaml": "image: a\n"}, "p.yaml")
+	if !p.User.IsHost() || p.User.String() != "host" {
+		t.Errorf("user %s, want host", p.User)
+	}
+	if p.Resources.Memory != profile.DefaultMemory || p.Resources.Tmp != profile.DefaultTmp || p.Resources.Timeout != 0 {
+		t.Errorf("resources %+v", p.Resources)
+	}
+}
+
+func TestDurationString(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"90s": "1m30s", "30m": "30m", "2h": "2h", "1h30m": "1h30m", "1.5s": "1.5s", "500ms": "500ms"} {
+		d, err := time.ParseDuration(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := profile.Duration(d).String(); got != want {
+			t.Errorf("%s shows as %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestParseUser(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]struct {
+		host, root bool
+		uid, gid   int
+	}{
+		"host":   {host: true, uid: 7, gid: 8},
+		"root":   {root: true},
+		"0:1000": {root: true, gid: 1000},
+		"1000:0": {uid: 1000},
+	} {
+		u, err := profile.ParseUser(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid, gid := u.IDs(7, 8)
+		if u.IsHost() != want.host || u.IsRoot() != want.root || uid != want.uid || gid != want.gid || u.String() != in {
+			t.Errorf("%s: host %v root %v ids %d:%d shown %s", in, u.IsHost(), u.IsRoot(), uid, gid, u)
+		}
+	}
+	for _, bad := range []string{"", "bob", "1000", "1000:", ":1", "-1:2"} {
+		if _, err := profile.ParseUser(bad); err == nil {
+			t.Errorf("%q parsed as a user", bad)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+
+	cslaunch "github.com/propio/propio-sandbox/internal/changeset/launch"
+	"github.com/propio/propio-sandbox/internal/engine"
+)
+
+// changeset prepares the changeset the sandbox writes to, when the profile
+// has one (nil otherwise): kept only when the sandbox ran.
+func (s *launch) changeset(ctx context.Context) (*cslaunch.Changeset, error) {
+	if !s.Profile.Changeset() {
+		return nil, nil
+	}
+	if s.Resume != "" {
+		// Resuming removes the sandbox of a killed launcher that still
+		// writes to the changeset, as gc does: not both at once.
+		<-s.gcDone
+	}
+	cs, err := cslaunch.Prepare(ctx, changesetEngine{s.eng}, s.Profile, s.Env.Workspace, s.Resume, s.Streams.Err)
+	if err != nil {
+		return nil, err
+	}
+	s.adjust = append(s.adjust, cs.Adjust)
+	return cs, nil
+}
+
+// dropChangeset handles the changeset of a sandbox that did not run: what
+// it wrote, if it started at all, is kept; else the changeset goes.
+func (s *launch) dropChangeset(cs *cslaunch.Changeset) {
+	if cs == nil {
+		return
+	}
+	if cs.Wrote() {
+		if err := cs.Finish(s.Streams.Err, false); err != nil {
+			s.report.Warn(err.Error())
+		}
+		return
+	}
+	if err := cs.Abandon(); err != nil {
+		s.report.Warn("removing the changeset of a sandbox that did not run: " + err.Error())
+	}
+}
+
+// ChangesetMode checks PROPIO_SANDBOX_CHANGESET_MODE; a bad value is a
+// *cslaunch.ModeError, which carries what to do about it.
+func ChangesetMode() error {
+	_, err := cslaunch.Wanted()
+	return err
+}
+
+// DoctorChangesetMode says how a changeset would be made in e's workspace
+// on the engine the checks reached: for doctor.
+func DoctorChangesetMode(e Env) func(context.Context, *Conn) (string, string) {
+	return func(ctx context.Context, c *Conn) (string, string) {
+		want, err := cslaunch.Wanted()
+		if err != nil {
+			return "", ""
+		}
+		ov, err := c.Engine.OverlayCapable(ctx)
+		if err != nil {
+			return "", ""
+		}
+		mode, why, err := cslaunch.ChooseMode(want, ov.OK, ov.Why, []string{e.Workspace, e.Dirs.State})
+		if err != nil {
+			return "", ""
+		}
+		return string(mode), why
+	}
+}
+
+// changesetEngine is the engine as a changeset's launch sees it.
+type changesetEngine struct{ eng *engine.Engine }
+
+func (e changesetEngine) OverlayCapable(ctx context.Context) (cslaunch.Overlay, error) {
+	ov, err := e.eng.OverlayCapable(ctx)
+	return cslaunch.Overlay(ov), err
+}
+
+func (e changesetEngine) ReleaseChangeset(ctx context.Context, id string) error {
+	err := e.eng.ReleaseChangeset(ctx, id)
+	if errors.Is(err, engine.ErrChangesetInUse) {
+		return changesetInUse{err}
+	}
+	return err
+}
+
+// changesetInUse is the engine's ErrChangesetInUse as launch knows it, its
+// message as it is.
+type changesetInUse struct{ error }
+
+func (e changesetInUse) Unwrap() error        { return e.error }
+func (e changesetInUse) Is(target error) bool { return target == cslaunch.ErrInUse }
+
+// engineCopies are a changeset's copies as the engine takes them.
+func engineCopies(cs []cslaunch.VolumeCopy) []engine.VolumeCopy {
+	var out []engine.VolumeCopy
+	for _, c := range cs {
+		out = append(out, engine.VolumeCopy(c))
+	}
+	return out
+}

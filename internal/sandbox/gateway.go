@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/fsutil"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+)
+
+// Environment variables that change where the allowlist gateway comes from
+// and goes out through.
+const (
+	// EnvGatewayBinary names a Linux build of propio-sandbox to make the
+	// gateway image from, for a launcher that is not one (macOS).
+	EnvGatewayBinary = "PROPIO_SANDBOX_GATEWAY_BINARY"
+	// EnvGatewayNetwork names an existing network for the gateway's way out,
+	// instead of one made for each sandbox.
+	EnvGatewayNetwork = "PROPIO_SANDBOX_GATEWAY_NETWORK"
+)
+
+// ErrGatewayBinary: there is no Linux executable to make the gateway image
+// of (errors.Is finds it in the errors that say why).
+var ErrGatewayBinary = errors.New("no executable for the gateway image")
+
+// gatewayError says why, and is ErrGatewayBinary.
+type gatewayError struct{ err error }
+
+func (e gatewayError) Error() string        { return e.err.Error() }
+func (e gatewayError) Unwrap() error        { return e.err }
+func (e gatewayError) Is(target error) bool { return target == ErrGatewayBinary }
+
+// gatewayBinary is the executable the gateway image is made of: this one,
+// unless PROPIO_SANDBOX_GATEWAY_BINARY names another.
+func gatewayBinary() (string, error) {
+	if exe := os.Getenv(EnvGatewayBinary); exe != "" {
+		return exe, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", gatewayError{fmt.Errorf("finding this executable for the gateway image: %w", err)}
+	}
+	return exe, nil
+}
+
+// GatewayOptions fills in the gateway's image and outside network.
+func GatewayOptions(o *generator.Options, dirs hostinfo.Dirs) error {
+	o.OutsideNetwork = os.Getenv(EnvGatewayNetwork)
+	exe, err := gatewayBinary()
+	if err != nil {
+		return err
+	}
+	if o.GatewayImage, err = gatewayimage.CachedTag(exe, filepath.Join(dirs.State, "gateway-image")); err != nil {
+		return gatewayError{err}
+	}
+	return nil
+}
+
+// prepareGateway numbers the sandbox network apart from the engine's,
+// generates the project, makes sure the gateway's image exists (building it
+// from this executable when it does not) and starts the decision log.
+func (l *launch) prepareGateway(ctx context.Context, eng *engine.Engine, o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
+	used, err := eng.UsedSubnets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if o.Subnet, err = generator.PickSubnet(o.Project, used); err != nil {
+		return nil, err
+	}
+	project, err := l.plan.Generate(o, adjust)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.gatewayImage(ctx, eng, o.GatewayImage); err != nil {
+		return nil, err
+	}
+	dirs := l.plan.Env.Dirs
+	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
+		return nil, err
+	}
+	if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
+		return nil, err
+	}
+	return project, nil
+}
+
+// gatewayImage makes the gateway's image from this executable, unless the
+// engine has it.
+func (l *launch) gatewayImage(ctx context.Context, eng *engine.Engine, image string) error {
+	has, err := eng.HasImage(ctx, image)
+	if err != nil || has {
+		return err
+	}
+	exe, err := gatewayBinary()
+	if err != nil {
+		return err
+	}
+	l.report.Note(fmt.Sprintf("making the gateway image %s from %s", image, exe))
+	bctx, err := gatewayimage.Context(exe)
+	if err != nil {
+		return gatewayError{err}
+	}
+	return eng.BuildContext(ctx, image, bctx)
+}
+
+// writeResolvConf writes the resolv.conf that points a sandbox at its
+// gateway, unless it is there already (each gateway address has its own).
+func writeResolvConf(dir string, gw netip.Addr) error {
+	path := filepath.Join(dir, generator.ResolvConfName(gw))
+	if err := fsutil.WriteFileIfChanged(path, []byte(generator.ResolvConf(gw)), 0o644); err != nil {
+		return fmt.Errorf("writing the sandbox's resolv.conf: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/guard"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+)
+
+// GuardError: what a sandbox left could not all be judged or put aside; a
+// file git would run may still be in Where.
+type GuardError struct {
+	Project string
+	Where   string // the first directory the guard watched
+	Err     error
+}
+
+func (e *GuardError) Error() string {
+	return fmt.Sprintf("checking what sandbox %s left: %v", e.Project, e.Err)
+}
+func (e *GuardError) Unwrap() error { return e.Err }
+
+// reportCheck says what the guard did and forgets the plan; what could not
+// be done is a *GuardError.
+func reportCheck(r Reporter, plan guard.Plan, rep guard.Report, dirs hostinfo.Dirs) error {
+	Guarded(r, rep, dirs.QuarantineDir())
+	if err := rep.Err(); err != nil {
+		where := "the workspace"
+		if len(plan.Roots) > 0 {
+			where = plan.Roots[0].Source
+		}
+		return &GuardError{Project: plan.Project, Where: where, Err: err}
+	}
+	return guard.Done(dirs.GuardDir(), plan.Project)
+}
+
+// guardCheck is the end-of-run check of one launch, started as soon as the
+// sandbox's command has ended (its container has exited: nothing writes any
+// more), so that it runs while the engine removes the containers, or else
+// when the launch ends.
+type guardCheck struct {
+	plan  guard.Plan
+	dirs  hostinfo.Dirs
+	start sync.Once
+	done  chan struct{}
+	rep   guard.Report
+}
+
+func newGuardCheck(plan guard.Plan, dirs hostinfo.Dirs) *guardCheck {
+	return &guardCheck{plan: plan, dirs: dirs, done: make(chan struct{})}
+}
+
+// begin starts the check, once.
+func (g *guardCheck) begin() {
+	g.start.Do(func() {
+		go func() {
+			defer close(g.done)
+			g.rep = g.plan.Check(g.dirs.QuarantineDir())
+		}()
+	})
+}
+
+// finish waits for the check (starting it if need be), says what it did,
+// and forgets the plan.
+func (g *guardCheck) finish(r Reporter) error {
+	g.begin()
+	<-g.done
+	return reportCheck(r, g.plan, g.rep, g.dirs)
+}
+
+// CheckPending judges what sandboxes of killed launchers left, once they
+// are gone from the engine (gc has removed them).
+func CheckPending(ctx context.Context, r Reporter, eng *engine.Engine, dirs hostinfo.Dirs) error {
+	plans, err := guard.Pending(dirs.GuardDir())
+	if err != nil || len(plans) == 0 {
+		return err
+	}
+	list, err := eng.List(ctx)
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, s := range list {
+		live[s.Project] = true
+	}
+	var errs []error
+	for _, plan := range plans {
+		if live[plan.Project] || engine.LauncherAlive(plan.PID, plan.Host) {
+			continue
+		}
+		errs = append(errs, reportCheck(r, plan, plan.Check(dirs.QuarantineDir()), dirs))
+	}
+	return errors.Join(errs...)
+}
+
+// GC removes what sandboxes of killed launchers left on the engine, and
+// judges what they left in their workspaces. It returns the projects it
+// removed.
+func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) ([]string, error) {
+	removed, err := removeLeftovers(ctx, c.Engine)
+	return removed, errors.Join(err, CheckPending(ctx, r, c.Engine, dirs))
+}
+
+// Sandbox is a sandbox on the engine, as ls shows it.
+type Sandbox = engine.Sandbox
+
+// List lists the sandboxes on the engine.
+func List(ctx context.Context, c *Conn) ([]Sandbox, error) { return c.Engine.List(ctx) }
+
+// Guarded says what the guard did, if it did anything.
+func Guarded(r Reporter, rep guard.Report, quarantine string) {
+	if len(rep.Items) == 0 {
+		return
+	}
+	var items []string
+	for _, it := range rep.Items {
+		items = append(items, it.String())
+	}
+	r.Guarded(items, quarantine)
+}

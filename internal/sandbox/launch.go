@@ -1,0 +1,367 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/preflight"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/sshagent"
+)
+
+// Reporter is what a launch tells the user while it goes on; the command
+// line says it.
+type Reporter interface {
+	// Warn says something the user should know and may act on.
+	Warn(msg string)
+	// Note says what the launch is doing that takes time, or what it did.
+	Note(msg string)
+	// Guarded says what the git guard put aside or cleaned, one item each,
+	// and where it keeps what it put aside.
+	Guarded(items []string, quarantine string)
+	// Failed says an error that is not the launch's own (the launch's own
+	// error, or the sandbox's exit code, stays what it returns).
+	Failed(err error)
+}
+
+// Launch is one run of a sandbox: the profile's command (or Command) in the
+// workspace, on the engine Engine names (the profile's when empty).
+type Launch struct {
+	Env     Env
+	Profile *profile.Profile
+	Ref     string // how the user named the profile (-p), for hints
+	Engine  string
+	Command []string // overrides the profile's command when not nil
+	Build   bool     // build the image first
+	Skip    []string // declared checks not to run
+	Resume  string   // the changeset to continue, in changeset mode
+	Streams Streams
+	TTY     bool // allocate a terminal: the launcher's stdin and stdout are one
+	Report  Reporter
+	// Hint says what to do about an engine that cannot be reached, for the
+	// preflight check that reaches it.
+	Hint func(error) error
+}
+
+// ErrAllowlistOnPodman: network.mode allowlist does not run on Podman yet.
+var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on Podman yet: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), through which the sandbox would reach services of the host and resolve any name")
+
+// launch is the state of one Launch while it runs.
+type launch struct {
+	*Launch
+	report  Reporter
+	plan    *Plan
+	eng     *engine.Engine
+	facts   backend.Facts // the engine's, as it reports them
+	opts    generator.Options
+	adjust  []func(*generator.Host)
+	timeout time.Duration
+	// gcDone is closed once the leftovers of killed launchers are removed
+	// (gcRemoved), or could not be (gcErr).
+	gcDone    chan struct{}
+	gcRemoved []string
+	gcErr     error
+	// reclaimed are the leftovers of this launch's name it removed itself.
+	reclaimed []string
+}
+
+// Run passes the preflight checks, launches the sandbox and waits for it to
+// end, removing everything it created however it ends. It returns the
+// sandbox's exit code; an error says why the launch failed (a
+// *preflight.Failure when a check did, and nothing was created), with the
+// exit code it calls for, when it has one, as the code.
+func (l *Launch) Run(ctx context.Context) (int, error) {
+	// Nothing is created before every check has passed.
+	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint}
+	defer f.Conn.Close()
+	if err := f.Run(ctx); err != nil {
+		return 0, err
+	}
+	if f.Conn == nil {
+		return 0, errNoEngine
+	}
+	if err := l.checkGrants(f.Conn.Host); err != nil {
+		return 0, err
+	}
+	s := &launch{Launch: l, report: l.Report, eng: f.Conn.Engine, gcDone: make(chan struct{})}
+	facts, err := s.eng.Facts(ctx) // the info preflight read
+	if err != nil {
+		return 0, err
+	}
+	s.facts = facts
+	names, err := namesOn(ctx, s.eng)
+	if err != nil {
+		return 0, err
+	}
+	name, release, err := claimName(filepath.Join(l.Env.Dirs.State, "run"), l.Env.Workspace, func(n string) bool { return names.held[n] })
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	if err := s.prepare(name); err != nil {
+		return 0, err
+	}
+	return s.run(ctx, names)
+}
+
+// prepare makes the plan and the first project, named name: a mistake in
+// the profile that only the host reveals shows before anything starts.
+func (s *launch) prepare(name string) error {
+	p := s.Profile
+	s.timeout = time.Duration(p.Resources.Timeout) // 0: none
+	s.opts = generator.Options{Project: name, Command: s.Command}
+	if p.Network.Mode == "allowlist" {
+		if err := GatewayOptions(&s.opts, s.Env.Dirs); err != nil {
+			return err
+		}
+	}
+	plan, err := NewPlan(s.Env, p)
+	if err != nil {
+		return err
+	}
+	for _, w := range plan.Warnings {
+		s.report.Warn(w)
+	}
+	s.plan = plan
+	_, err = plan.Generate(s.opts)
+	return err
+}
+
+// checkGrants judges the profile's mounts again with the socket the engine
+// was found at (engineHost), when it is not one of the known paths (a
+// Podman service started for the launch), and warns about the mounts
+// PROPIO_SANDBOX_MOUNTS adds that undo the sandbox: the user's own choice
+// for the launch, shown, not refused.
+func (l *Launch) checkGrants(engineHost string) error {
+	host := l.Env.GrantHost()
+	if sock, ok := strings.CutPrefix(engineHost, "unix://"); ok && !slices.Contains(host.Sockets, filepath.Clean(sock)) {
+		host = l.Env.GrantHost(filepath.Clean(sock))
+		granted, err := l.Profile.Grants(host)
+		if err != nil {
+			return &GrantsError{Socket: sock, Err: err}
+		}
+		var shown []string
+		for _, g := range l.Profile.Granted() {
+			shown = append(shown, g.String())
+		}
+		for _, g := range granted {
+			if !slices.Contains(shown, g.String()) {
+				l.Report.Warn(g.String())
+			}
+		}
+	}
+	extra, _ := hostinfo.ExtraMounts(os.LookupEnv) // a bad one is refused with the project
+	for _, m := range extra {
+		for _, d := range host.Dangers(m.Source) {
+			l.Report.Warn(fmt.Sprintf("unsafe grant %s: %s mounts %s at %s: %s", d.Name, hostinfo.EnvMounts, m.Source, m.Target, d.What))
+		}
+	}
+	return nil
+}
+
+// GrantsError: the profile's grants, judged again with the engine's socket
+// where the launch found it, are refused.
+type GrantsError struct {
+	Socket string
+	Err    error
+}
+
+func (e *GrantsError) Error() string { return e.Err.Error() }
+func (e *GrantsError) Unwrap() error { return e.Err }
+
+// run starts what the sandbox needs and the sandbox itself, and tears it
+// all down.
+func (s *launch) run(ctx context.Context, names engineNames) (code int, err error) {
+	if err := s.reclaim(ctx, names); err != nil {
+		return 0, err
+	}
+	s.collectLeftovers(ctx)
+	defer s.reportLeftovers(ctx)
+	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
+		return 0, ErrAllowlistOnPodman
+	}
+	// The SSH agent, when the profile or the environment asks for it:
+	// set up before anything is created, torn down after everything is
+	// removed.
+	agent, err := s.forwardSSHAgent(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err := agent.Cleanup(); err != nil {
+			s.report.Warn(err.Error())
+		}
+	}()
+	s.adjust = append(s.adjust, func(h *generator.Host) {
+		if agent.Forward {
+			h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
+		}
+	}, s.engineFacts)
+	// From here the sandbox may write: what it leaves that git (or the
+	// host) would run is judged once it has gone, however the run ends
+	// (gc does it for a launcher that is killed).
+	if err := s.plan.Guard.Prepare(s.Env.Dirs.GuardDir(), s.opts.Project, time.Now()); err != nil {
+		return 0, err
+	}
+	check := newGuardCheck(s.plan.Guard, s.Env.Dirs)
+	defer func() {
+		gerr := check.finish(s.report)
+		switch {
+		case gerr == nil:
+		case err == nil:
+			err = gerr
+		default:
+			s.report.Failed(gerr)
+		}
+	}()
+	// The profile's own checks, each in a throwaway sandbox of it (where
+	// directories in changeset mode are read-only).
+	if err := preflight.Run(ctx, s.declaredChecks()); err != nil {
+		return 0, err
+	}
+	return s.runSandbox(ctx, check)
+}
+
+// collectLeftovers removes, while this sandbox starts, what launchers that
+// were killed before they could clean up left (gc touches only sandboxes
+// whose launcher is gone, never this one); reportLeftovers says what.
+func (s *launch) collectLeftovers(ctx context.Context) {
+	go func() {
+		defer close(s.gcDone)
+		s.gcRemoved, s.gcErr = removeLeftovers(ctx, s.eng)
+	}()
+}
+
+func (s *launch) reportLeftovers(ctx context.Context) {
+	<-s.gcDone
+	removed := append(s.reclaimed, s.gcRemoved...)
+	if s.gcErr != nil {
+		s.report.Warn(fmt.Sprintf("removing leftovers of earlier sandboxes: %v", s.gcErr))
+	} else if len(removed) > 0 {
+		s.report.Note(fmt.Sprintf("removed %d leftover sandbox(es) of launchers that are gone: %s", len(removed), strings.Join(removed, ", ")))
+	}
+	// What those sandboxes left, judged now that they are gone.
+	if err := CheckPending(ctx, s.report, s.eng, s.Env.Dirs); err != nil {
+		s.report.Warn(err.Error())
+	}
+}
+
+// runSandbox runs the sandbox in its changeset, when the profile has one,
+// numbering its network again when another launcher took it at the same
+// moment.
+func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, err error) {
+	cs, err := s.changeset(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ran := false
+	defer func() {
+		if !ran {
+			// An error after the sandbox had started: what it wrote is kept.
+			s.dropChangeset(cs)
+		}
+	}()
+	allowlist := s.Profile.Network.Mode == "allowlist"
+	for attempt := 1; ; attempt++ {
+		var project *types.Project
+		if allowlist {
+			project, err = s.prepareGateway(ctx, s.eng, s.opts, s.adjustAll)
+		} else {
+			project, err = s.plan.Generate(s.opts, s.adjustAll)
+		}
+		if err != nil {
+			return 0, err
+		}
+		code, err = Run(ctx, s.eng, project, RunOptions{
+			TTY:         s.TTY,
+			Interactive: true,
+			Timeout:     s.timeout,
+			Build:       s.Build,
+			// The image check of preflight has just looked.
+			ImageChecked: true,
+			Copies:       engineCopies(cs.VolumeCopies()),
+			Ran: func() {
+				ran = true
+				check.begin() // while the engine removes the containers
+			},
+		})
+		// Another launcher took the same network at the same moment:
+		// number it again (prepareGateway picks among the subnets free now)
+		// and retry.
+		if !allowlist || !errors.Is(err, engine.ErrSubnetTaken) || attempt == 3 {
+			break
+		}
+		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
+	}
+	if ran && cs != nil {
+		if serr := cs.Finish(s.Streams.Err, errors.Is(err, ErrCopyOut)); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return code, err
+}
+
+// adjustAll applies what the launch found out to the host facts.
+func (s *launch) adjustAll(h *generator.Host) {
+	for _, f := range s.adjust {
+		f(h)
+	}
+}
+
+// forwardSSHAgent sets up SSH agent forwarding as the profile's ssh_agent,
+// or PROPIO_SANDBOX_SSH_AGENT, asks, saying its warnings. Its Cleanup is
+// always safe to call. A bad PROPIO_SANDBOX_SSH_AGENT is an
+// *SSHModeError; a refusal a *sshagent.FatalError.
+func (s *launch) forwardSSHAgent(ctx context.Context) (sshagent.Result, error) {
+	none := sshagent.Result{Cleanup: func() error { return nil }}
+	mode, err := sshagent.ModeFrom(s.Profile.SSHAgent, os.LookupEnv)
+	if err != nil {
+		return none, &SSHModeError{err}
+	}
+	sock, _ := os.LookupEnv("SSH_AUTH_SOCK")
+	res, err := sshagent.Setup(ctx, sshagent.Config{
+		Mode:          mode,
+		GOOS:          runtime.GOOS,
+		Engine:        s.eng.Kind,
+		AuthSock:      sock,
+		DockerDesktop: s.eng.DockerDesktop,
+		VMPathExists: func(ctx context.Context, path string) (bool, error) {
+			return s.eng.PathExists(ctx, s.Profile.Image, path)
+		},
+		ID: s.opts.Project,
+	})
+	if err != nil {
+		return none, err
+	}
+	for _, w := range res.Warnings {
+		s.report.Warn(w)
+	}
+	if res.Cleanup == nil {
+		res.Cleanup = none.Cleanup
+	}
+	return res, nil
+}
+
+// SSHModeError: PROPIO_SANDBOX_SSH_AGENT (or the profile's ssh_agent) is
+// not a mode.
+type SSHModeError struct{ Err error }
+
+func (e *SSHModeError) Error() string { return e.Err.Error() }
+func (e *SSHModeError) Unwrap() error { return e.Err }
+
+// engineFacts puts what differs on the launch's engine, as the engine
+// reports it, into the host facts.
+func (s *launch) engineFacts(h *generator.Host) { h.Engine = hostFacts(s.facts) }

@@ -1,0 +1,116 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"os"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/preflight"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// Preflight are the built-in checks of a profile in a workspace, which run
+// and doctor pass before anything is created. The engine the checks reach
+// is kept (Conn) for the launch that follows them.
+type Preflight struct {
+	Env     Env
+	Profile *profile.Profile
+	Ref     string // how the user named the profile (-p), for hints
+	Engine  string // the engine asked for (--engine); the profile's when empty
+	Build   bool   // as for run --build: an image the profile can build need not be there yet
+	Streams Streams
+	// Hint says what to do about an engine that cannot be reached (the
+	// command line's words); nil leaves the error as it is.
+	Hint func(error) error
+	// ChangesetMode, for doctor, says how a changeset would be made on the
+	// engine reached (run does not ask: it costs a round trip).
+	ChangesetMode func(ctx context.Context, c *Conn) (mode, why string)
+
+	// Conn is the engine the checks connected to, if they did: the caller
+	// closes it.
+	Conn *Conn
+}
+
+// Checks are the built-in checks, in the order run passes them.
+func (f *Preflight) Checks() []preflight.Check {
+	host := f.Env.BuildHost()
+	var cs func(context.Context) (string, string)
+	if f.ChangesetMode != nil {
+		cs = func(ctx context.Context) (string, string) {
+			if f.Conn == nil {
+				return "", ""
+			}
+			return f.ChangesetMode(ctx, f.Conn)
+		}
+	}
+	return preflight.Checks(preflight.Inputs{
+		Changeset: cs,
+		Profile:   f.Profile,
+		Ref:       f.Ref,
+		Workspace: f.Env.Workspace,
+		Home:      host.Home,
+		Dangers:   f.Env.GrantHost().Dangers,
+		Host:      host,
+		Build:     f.Build,
+		Limits:    hostinfo.Limits(),
+		Trust:     profile.TrustStore{Dir: f.Env.Dirs.State},
+		Connect:   f.connect,
+	})
+}
+
+func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {
+	c, err := Connect(ctx, cmp.Or(f.Engine, f.Profile.Engine), f.Streams)
+	if err != nil {
+		if f.Hint != nil {
+			err = f.Hint(err)
+		}
+		return nil, err
+	}
+	f.Conn = c
+	return c.Engine, nil
+}
+
+// Run passes the checks in order, stopping at the first that fails (a
+// *preflight.Failure).
+func (f *Preflight) Run(ctx context.Context) error { return preflight.Run(ctx, f.Checks()) }
+
+// TrustCheck runs the trust check alone, for a build: the profile's trust
+// and its build's.
+func (f *Preflight) TrustCheck() preflight.Result {
+	for _, c := range f.Checks() {
+		if c.Name == preflight.Trust {
+			return preflight.RunAll(context.Background(), []preflight.Check{c})[0]
+		}
+	}
+	return preflight.Result{Name: preflight.Trust, Reason: "the trust check is missing from the built-in checks"}
+}
+
+// BuildHost is the generator's view of the host that build paths need.
+func (e Env) BuildHost() generator.Host {
+	home, _ := os.UserHomeDir()
+	return generator.Host{Workspace: e.Workspace, Home: home, PropioHome: hostinfo.PropioHome()}
+}
+
+// Declared are the profile's own checks, each in a throwaway sandbox on the
+// engine the built-in checks reached, as run passes them after those.
+func (f *Preflight) Declared(plan *Plan, report Reporter) ([]preflight.Check, error) {
+	if f.Conn == nil {
+		return nil, errNoEngine
+	}
+	// The engine's facts come from the info its preflight read.
+	facts, err := f.Conn.Engine.Facts(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	s := &launch{Launch: &Launch{Env: f.Env, Profile: f.Profile, Ref: f.Ref, Report: report}, report: report, plan: plan, eng: f.Conn.Engine, facts: facts}
+	s.opts = generator.Options{Project: generator.ProjectName(f.Env.Workspace, "")}
+	if f.Profile.Network.Mode == "allowlist" {
+		if err := GatewayOptions(&s.opts, f.Env.Dirs); err != nil {
+			return nil, err
+		}
+	}
+	s.adjust = append(s.adjust, s.engineFacts)
+	return s.declaredChecks(), nil
+}
