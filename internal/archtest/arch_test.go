@@ -4,7 +4,11 @@ package archtest
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -115,9 +119,12 @@ func TestLayering(t *testing.T) {
 			t.Errorf("internal/profile imports %s", imp)
 		}
 	}
-	// The CLI presents the domain packages; what they use is theirs.
+	// The CLI presents the domain packages; what they use is theirs: a
+	// launch, its engine, gateway and changeset are internal/sandbox's.
 	for _, imp := range pkgs[module+"/internal/cli"].Imports {
-		if imp == module+"/internal/changeset" {
+		switch imp {
+		case module + "/internal/changeset", module + "/internal/changeset/launch", module + "/internal/engine",
+			module + "/internal/gatewayimage", module + "/internal/backend", module + "/internal/guard":
 			t.Errorf("internal/cli imports %s; it presents internal/sandbox", imp)
 		}
 	}
@@ -146,5 +153,41 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s imports the CLI; only cmd/propio-sandbox may", path)
 			}
 		}
+	}
+}
+
+// TestCLIFunctionsShort: internal/cli holds flags, output and hints, in
+// functions of at most 60 lines (function literals included).
+func TestCLIFunctionsShort(t *testing.T) {
+	files, err := filepath.Glob("../cli/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files of internal/cli: %v", err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			var body *ast.BlockStmt
+			switch x := n.(type) {
+			case *ast.FuncDecl:
+				body = x.Body
+			case *ast.FuncLit:
+				body = x.Body
+			}
+			if body == nil {
+				return true
+			}
+			start, end := fset.Position(n.Pos()), fset.Position(body.End())
+			if lines := end.Line - start.Line + 1; lines > 60 {
+				t.Errorf("%s:%d: a function of %d lines; internal/cli keeps them to 60 (move the work to a domain package)", f, start.Line, lines)
+			}
+			return true
+		})
 	}
 }

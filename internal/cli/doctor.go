@@ -56,32 +56,8 @@ content, which the sandbox can read); they do not change the exit code.`,
 				return err
 			}
 			rep := doctorReport{Profile: p.Meta.File, Workspace: e.workspace, OK: preflight.OK(results), Checks: results, Warnings: warnings}
-			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else {
-				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tRESULT\tREASON\tHINT")
-				for _, r := range results {
-					result := "pass"
-					if !r.OK {
-						result = "fail"
-					}
-					hint := strings.Join(r.Hints, "; ")
-					if hint == "" {
-						hint = "-"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, result, r.Reason, hint)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-				for _, w := range warnings {
-					fmt.Fprintf(a.stdout, "warning: %s\n", w)
-				}
+			if err := a.printDoctor(rep, asJSON); err != nil {
+				return err
 			}
 			if !rep.OK {
 				return exitCode(ExitFailure)
@@ -158,4 +134,33 @@ func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.R
 		return nil, hintError(err, p, a.profile)
 	}
 	return append(results, preflight.RunAll(ctx, declared)...), nil
+}
+
+// printDoctor prints doctor's report: a table and the warnings, or JSON.
+func (a *app) printDoctor(rep doctorReport, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tRESULT\tREASON\tHINT")
+	for _, r := range rep.Checks {
+		result := "pass"
+		if !r.OK {
+			result = "fail"
+		}
+		hint := strings.Join(r.Hints, "; ")
+		if hint == "" {
+			hint = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, result, r.Reason, hint)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, w := range rep.Warnings {
+		fmt.Fprintf(a.stdout, "warning: %s\n", w)
+	}
+	return nil
 }

@@ -43,15 +43,8 @@ run --build refuse a build that changed since.`,
 			var trusted *profile.Profile
 			var records []profile.Record
 			if needsTrust {
-				out, err := p.YAML()
-				if err != nil {
+				if err := a.showGrants(p); err != nil {
 					return err
-				}
-				fmt.Fprintf(a.stdout, "%s grants, after extends (%s):\n\n", p.Meta.File, chainComment(p))
-				for _, line := range strings.SplitAfter(string(out), "\n") {
-					if line != "" {
-						fmt.Fprint(a.stdout, "    "+line)
-					}
 				}
 				trusted = p
 			}
@@ -59,28 +52,52 @@ run --build refuse a build that changed since.`,
 				if needsTrust {
 					fmt.Fprintln(a.stdout)
 				}
-				fmt.Fprintf(a.stdout, "the build of %s reads, of the workspace (context %s):\n\n", p.Meta.File, build.Context)
-				for _, f := range build.Files {
-					fmt.Fprintf(a.stdout, "    %s\n", build.Show(f))
-				}
-				fmt.Fprintln(a.stdout, "\n(files it copies as a directory or by a wildcard are not recorded: a step that runs one runs what is there at build time)")
+				a.showBuild(p, build)
 				records = append(records, profile.Record{Key: build.Key(), Digest: build.Digest(), Text: build.Manifest()})
 			}
-			store := profile.TrustStore{Dir: e.dirs.State}
-			if err := store.Trust(trusted, records...); err != nil {
+			if err := (profile.TrustStore{Dir: e.dirs.State}).Trust(trusted, records...); err != nil {
 				return err
 			}
-			switch {
-			case needsTrust && build != nil:
-				fmt.Fprintf(a.stdout, "\ntrusted %s and its build as they are now; any change to them needs trust again\n", p.Meta.File)
-			case needsTrust:
-				fmt.Fprintf(a.stdout, "\ntrusted %s as it is now; any change to it needs trust again\n", p.Meta.File)
-			default:
-				fmt.Fprintf(a.stdout, "\ntrusted the build of %s as it is now; any change to it needs trust again\n", p.Meta.File)
-			}
+			a.trusted(p, needsTrust, build != nil)
 			return nil
 		},
 	}
+}
+
+// trusted says what trust recorded.
+func (a *app) trusted(p *profile.Profile, profileToo, build bool) {
+	switch {
+	case profileToo && build:
+		fmt.Fprintf(a.stdout, "\ntrusted %s and its build as they are now; any change to them needs trust again\n", p.Meta.File)
+	case profileToo:
+		fmt.Fprintf(a.stdout, "\ntrusted %s as it is now; any change to it needs trust again\n", p.Meta.File)
+	default:
+		fmt.Fprintf(a.stdout, "\ntrusted the build of %s as it is now; any change to it needs trust again\n", p.Meta.File)
+	}
+}
+
+// showGrants prints what p grants, after extends.
+func (a *app) showGrants(p *profile.Profile) error {
+	out, err := p.YAML()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%s grants, after extends (%s):\n\n", p.Meta.File, chainComment(p))
+	for _, line := range strings.SplitAfter(string(out), "\n") {
+		if line != "" {
+			fmt.Fprint(a.stdout, "    "+line)
+		}
+	}
+	return nil
+}
+
+// showBuild prints what p's build reads of the workspace.
+func (a *app) showBuild(p *profile.Profile, build *buildinputs.Inputs) {
+	fmt.Fprintf(a.stdout, "the build of %s reads, of the workspace (context %s):\n\n", p.Meta.File, build.Context)
+	for _, f := range build.Files {
+		fmt.Fprintf(a.stdout, "    %s\n", build.Show(f))
+	}
+	fmt.Fprintln(a.stdout, "\n(files it copies as a directory or by a wildcard are not recorded: a step that runs one runs what is there at build time)")
 }
 
 // buildInputs collects what p's build reads that trust covers, when its
