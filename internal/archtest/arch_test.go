@@ -71,6 +71,12 @@ func TestLayering(t *testing.T) {
 		// A changeset's launch takes the engine through its own small
 		// interface; package sandbox calls it (the CLI, until sandbox runs the launch).
 		module + "/internal/changeset/launch": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// backend is the contract between a launch and an engine: the
+		// engine implements it, the launch drives it, and it depends on
+		// neither, nor on anything else of ours.
+		module + "/internal/backend": {module + "/"},
+		// The launch is below the CLI.
+		module + "/internal/sandbox": {module + "/internal/cli"},
 	}
 	// Leaves any package may use whatever its rule says about the module.
 	leaves := map[string]bool{module + "/internal/fsutil": true}

@@ -23,18 +23,13 @@ import (
 	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"golang.org/x/sys/unix"
 )
 
 // VolumeCopy fills a volume of the project with a host directory before the
-// run, and copies the volume's content back to the host after it: the copy
-// realisation of a changeset, for engines that cannot mount an overlay of a
-// host path.
-type VolumeCopy struct {
-	Volume string // the volume's key in the project
-	From   string // the host directory copied into the volume before the run
-	To     string // the host directory the volume's final content replaces, after the run
-}
+// run, and copies the volume's content back to the host after it.
+type VolumeCopy = backend.VolumeCopy
 
 // Overlay says whether the engine can mount an overlay of a directory of
 // this host for a sandbox, and how.
@@ -97,14 +92,14 @@ func kernelAtLeast(release string, major, minor int) bool {
 	return a > major || a == major && b >= minor
 }
 
-// createVolumes creates the project's own volumes, labelled with the
-// launcher, and marks them external, so that the Compose SDK uses them as
-// they are and the teardown (by label) removes them.
 // LabelHelperImage names, on a volume, an image the engine has that can
 // make the helper containers for it (the sandbox's).
-const LabelHelperImage = "dev.propio-sandbox.helper-image"
+const LabelHelperImage = backend.LabelHelperImage
 
-func (e *Engine) createVolumes(ctx context.Context, project *types.Project, image string) error {
+// CreateVolumes creates the project's own volumes with their labels and
+// LabelHelperImage, and marks them external, so that the Compose SDK uses
+// them as they are and Remove (by label) removes them.
+func (e *Engine) CreateVolumes(ctx context.Context, project *types.Project, helperImage string) error {
 	if len(project.Volumes) == 0 {
 		return nil
 	}
@@ -116,8 +111,7 @@ func (e *Engine) createVolumes(ctx context.Context, project *types.Project, imag
 		}
 		labels := map[string]string{}
 		maps.Copy(labels, v.Labels)
-		maps.Copy(labels, launcherLabels(project.Name))
-		labels[LabelHelperImage] = image
+		labels[LabelHelperImage] = helperImage
 		name := v.Name
 		if name == "" {
 			name = project.Name + "_" + key
@@ -152,10 +146,6 @@ func (e *Engine) settleOverlay(ctx context.Context, image string, labels map[str
 	return nil
 }
 
-// ErrCopyOut: what the sandbox wrote in a copied volume could not be
-// copied back to the host (and is gone with the volume).
-var ErrCopyOut = errors.New("copying the sandbox's volume back failed")
-
 // copyMount is where a helper container sees the volume it copies.
 const copyMount = "/propio-changeset"
 
@@ -185,10 +175,11 @@ func (e *Engine) helper(ctx context.Context, image, volume string, labels map[st
 	}, nil
 }
 
-// copyIn fills the volume with the directory from, keeping modes, mtimes,
+// CopyIn fills the volume with the directory from, keeping modes, mtimes,
 // symbolic links and ownership.
-func (e *Engine) copyIn(ctx context.Context, image string, labels map[string]string, volume, from string) error {
-	id, remove, err := e.helper(ctx, image, volume, labels)
+func (e *Engine) CopyIn(ctx context.Context, v backend.Volume, from string) error {
+	volume := v.Name
+	id, remove, err := e.helper(ctx, v.Image, volume, v.Labels)
 	if err != nil {
 		return err
 	}
@@ -212,10 +203,11 @@ func (e *Engine) copyIn(ctx context.Context, image string, labels map[string]str
 	return nil
 }
 
-// copyOut replaces the directory to with the volume's content: extracted
+// CopyOut replaces the directory to with the volume's content: extracted
 // next to it first, then swapped in, so that a failure leaves to as it was.
-func (e *Engine) copyOut(ctx context.Context, image string, labels map[string]string, volume, to string) error {
-	id, remove, err := e.helper(ctx, image, volume, labels)
+func (e *Engine) CopyOut(ctx context.Context, v backend.Volume, to string) error {
+	volume := v.Name
+	id, remove, err := e.helper(ctx, v.Image, volume, v.Labels)
 	if err != nil {
 		return err
 	}
@@ -453,7 +445,7 @@ func (e *Engine) ReleaseChangeset(ctx context.Context, id string) error {
 		if LauncherAlive(pid, v.Labels[LabelHost]) {
 			return fmt.Errorf("sandbox %s (launcher pid %d on %s) writes to changeset %s: %w", project, pid, v.Labels[LabelHost], id, ErrChangesetInUse)
 		}
-		if err := e.Remove(ctx, project); err != nil {
+		if err := e.Remove(ctx, project, 0); err != nil {
 			return fmt.Errorf("removing sandbox %s of a launcher that is gone: %w", project, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
@@ -66,13 +67,13 @@ func TestCopyRoundTrip(t *testing.T) {
 	if _, err := eng.cli.Client().VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels}); err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Remove(ctx, name)
-	if err := eng.copyIn(ctx, testenv.ProbeImage, labels, name, src); err != nil {
+	defer eng.Remove(ctx, name, 0)
+	if err := eng.CopyIn(ctx, backend.Volume{Name: name, Image: testenv.ProbeImage, Labels: labels}, src); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "tree")
 	must(t, os.Mkdir(out, 0o700))
-	if err := eng.copyOut(ctx, testenv.ProbeImage, labels, name, out); err != nil {
+	if err := eng.CopyOut(ctx, backend.Volume{Name: name, Image: testenv.ProbeImage, Labels: labels}, out); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Chmod(filepath.Join(out, "ro"), 0o755) })
@@ -80,7 +81,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	if !slices.Equal(want, got) {
 		t.Errorf("the tree came back different:\nwant:\n%s\ngot:\n%s", strings.Join(want, "\n"), strings.Join(got, "\n"))
 	}
-	if err := eng.Remove(ctx, name); err != nil {
+	if err := eng.Remove(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range [][]string{{"ps", "-aq"}, {"volume", "ls", "-q"}} {

@@ -17,39 +17,29 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/docker/compose/v5/pkg/api"
 	"github.com/moby/moby/client"
-	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/diskcap"
 )
 
 // ExitDiskCap is the exit code of a sandbox the launcher stopped because
 // it wrote more than its disk cap (122 is EDQUOT, "Disk quota exceeded").
-const ExitDiskCap = 122
+const ExitDiskCap = backend.ExitDiskCap
 
 // DiskCapError: the sandbox wrote more than its disk cap to a place the
 // launcher watches, and was stopped.
-type DiskCapError struct {
-	Cap   int64  // the cap, in bytes
-	Where string // "the workspace", "its writable layer", ...
-	Size  int64  // what the launcher measured
-}
-
-func (e *DiskCapError) Error() string {
-	return fmt.Sprintf("the sandbox wrote more than its disk cap (%d bytes) to %s; stopped", e.Cap, e.Where)
-}
+type DiskCapError = backend.DiskCapError
 
 // Places the launcher caps, as messages name them.
 const (
-	PlaceWorkspace     = "the workspace"
-	PlaceChangeset     = "its changeset"
-	PlaceWritableLayer = "its writable layer"
-	// PlaceImageVolumes: the volumes the engine makes for the image's
-	// VOLUME paths (none mounted there by the profile).
-	PlaceImageVolumes = "its image's volumes"
+	PlaceWorkspace     = backend.PlaceWorkspace
+	PlaceChangeset     = backend.PlaceChangeset
+	PlaceWritableLayer = backend.PlaceWritableLayer
+	PlaceImageVolumes  = backend.PlaceImageVolumes
 )
 
-// DiskPlan is how the disk cap holds for one sandbox: what the engine
+// diskPlan is how the disk cap holds for one sandbox: what the engine
 // enforces itself and what the launcher watches.
-type DiskPlan struct {
+type diskPlan struct {
 	Cap int64
 	// StorageOpt: the engine caps the writable layer (storage_opt size).
 	StorageOpt string
@@ -69,8 +59,7 @@ type DiskPlan struct {
 
 // watchLayer is the fallback when the engine refused the storage option
 // after all: the launcher watches the writable layer instead.
-func (p *DiskPlan) watchLayer(svc *types.ServiceConfig) {
-	svc.StorageOpt = nil
+func (p *diskPlan) watchLayer() {
 	p.StorageOpt = ""
 	p.layer = p.procs.layerGauge(p.storage)
 }
@@ -84,23 +73,46 @@ func storageOptRefused(err error) bool {
 	return strings.Contains(msg, "storage-opt") || strings.Contains(msg, "storage opt") || strings.Contains(msg, "storageopt") || strings.Contains(msg, "quota")
 }
 
-// planDisk decides how the cap of the project's agent service holds, sets
-// the writable layer's storage option when the engine can enforce it, and
-// builds the gauges the launcher watches. Run calls it once the project's
+// PlanDisk decides how the cap of the project's service holds: the
+// writable layer's storage option when the engine can enforce it, and the
+// gauges the launcher watches. The launch calls it once the project's
 // volumes exist (and a copy's are filled), so that the baselines exclude
 // the copy.
-func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *types.ServiceConfig, overlayUppers map[string]string) (*DiskPlan, error) {
-	limit := generator.DiskCap(*svc)
-	if limit <= 0 {
-		return nil, nil
+func (e *Engine) PlanDisk(ctx context.Context, project *types.Project, d backend.DiskRequest) (*backend.DiskPlan, error) {
+	svc, ok := project.Services[d.Service]
+	if !ok {
+		return nil, fmt.Errorf("project %s has no %s service", project.Name, d.Service)
 	}
+	svc.Name = d.Service // as the project's key names it
+	plan, err := e.planDisk(ctx, project, svc, d.Cap, d.OverlayUppers)
+	if err != nil {
+		return nil, err
+	}
+	return &backend.DiskPlan{
+		Cap:        plan.Cap,
+		StorageOpt: plan.StorageOpt,
+		Watch: func(ctx context.Context) *backend.DiskCapError {
+			gauges := plan.gauges()
+			if len(gauges) == 0 {
+				return nil
+			}
+			if o := diskcap.Watch(ctx, plan.Cap, gauges, diskcap.DefaultTiming, nil); o != nil {
+				return plan.overError(o)
+			}
+			return nil
+		},
+		WatchLayer: plan.watchLayer,
+	}, nil
+}
+
+func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc types.ServiceConfig, limit int64, overlayUppers map[string]string) (*diskPlan, error) {
 	info, err := e.cachedInfo(ctx)
 	if err != nil {
 		return nil, err
 	}
 	st := info.Storage
-	w := &sandboxProcs{e: e, project: project.Name, local: st.Local, dataDir: info.DataDir}
-	plan := &DiskPlan{Cap: limit, procs: w, storage: st}
+	w := &sandboxProcs{e: e, project: project.Name, service: svc.Name, local: st.Local, dataDir: info.DataDir}
+	plan := &diskPlan{Cap: limit, procs: w, storage: st}
 
 	if !svc.ReadOnly {
 		if st.Quota {
@@ -115,7 +127,6 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 				size += img.Size
 			}
 			plan.StorageOpt = strconv.FormatInt(size, 10)
-			svc.StorageOpt = map[string]string{"size": plan.StorageOpt}
 		} else {
 			plan.layer = w.layerGauge(st)
 		}
@@ -127,7 +138,7 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 	if err != nil {
 		return nil, err
 	}
-	if anon := uncovered(vols, svc); len(anon) > 0 {
+	if anon := uncovered(vols, &svc); len(anon) > 0 {
 		plan.imageVolumes = w.imageVolumesGauge(anon)
 	}
 
@@ -163,7 +174,7 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 	if len(roots)+len(copies) == 0 {
 		return plan, nil
 	}
-	trees := &diskcap.Trees{Roots: diskcap.Static(roots...), Held: w.held(svc)}
+	trees := &diskcap.Trees{Roots: diskcap.Static(roots...), Held: w.held(&svc)}
 	g := &diskcap.Gauge{What: joinPlaces(where), Size: trees.Size, FS: trees.FS}
 	if len(copies) > 0 {
 		// Measured by the engine: at intervals, no trigger.
@@ -187,12 +198,12 @@ func (e *Engine) planDisk(ctx context.Context, project *types.Project, svc *type
 }
 
 // overError says what went over.
-func (p *DiskPlan) overError(o *diskcap.Over) error {
+func (p *diskPlan) overError(o *diskcap.Over) *backend.DiskCapError {
 	return &DiskCapError{Cap: p.Cap, Where: o.Gauge.What, Size: o.Size}
 }
 
 // gauges are what the launcher watches for the plan.
-func (p *DiskPlan) gauges() []*diskcap.Gauge {
+func (p *diskPlan) gauges() []*diskcap.Gauge {
 	var out []*diskcap.Gauge
 	for _, g := range []*diskcap.Gauge{p.layer, p.dirs, p.imageVolumes} {
 		if g != nil {
@@ -274,24 +285,6 @@ func (w *sandboxProcs) imageVolumesGauge(anon []string) *diskcap.Gauge {
 	}}
 }
 
-// overlayUppers maps the project's overlay volumes (a changeset's) to their
-// upper directories, read from their driver options before createVolumes
-// takes those off.
-func overlayUppers(project *types.Project) map[string]string {
-	out := map[string]string{}
-	for key, v := range project.Volumes {
-		if v.DriverOpts["type"] != "overlay" {
-			continue
-		}
-		for _, o := range strings.Split(v.DriverOpts["o"], ",") {
-			if dir, ok := strings.CutPrefix(o, "upperdir="); ok {
-				out[key] = dir
-			}
-		}
-	}
-	return out
-}
-
 // readableVolume is the volume's directory on this host when the launcher
 // can read it (a local engine, a launcher that is root or owns it), else "".
 func readableVolume(ctx context.Context, e *Engine, name string) string {
@@ -359,6 +352,7 @@ func joinPlaces(places []string) string {
 type sandboxProcs struct {
 	e       *Engine
 	project string
+	service string
 	local   bool
 	dataDir string // the engine's data directory
 
@@ -381,7 +375,7 @@ func (w *sandboxProcs) container(ctx context.Context) (string, error) {
 	list, err := w.e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
 		All: true,
 		Filters: make(client.Filters).Add("label", LabelProject+"="+w.project).
-			Add("label", api.ServiceLabel+"="+generator.Service),
+			Add("label", api.ServiceLabel+"="+w.service),
 	})
 	if err != nil {
 		return "", fmt.Errorf("finding the sandbox's container: %w", err)

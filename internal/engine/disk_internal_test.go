@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/propio/propio-sandbox/internal/backend"
 )
 
 // Which storage can cap a writable layer: btrfs and zfs on Docker, overlay
@@ -50,6 +52,35 @@ func TestStorageOptRefused(t *testing.T) {
 		if got := storageOptRefused(errors.New(msg)); got != want {
 			t.Errorf("storageOptRefused(%q) = %v, want %v", msg, got, want)
 		}
+	}
+}
+
+// The SDK's errors the launch branches on are classified, and say what
+// the engine said.
+func TestRunError(t *testing.T) {
+	for _, tc := range []struct {
+		msg        string
+		storageOpt bool
+		is         error
+	}{
+		{"Error response from daemon: --storage-opt is supported only for overlay over xfs with 'pquota' mount option", true, backend.ErrStorageOptRefused},
+		{"Error response from daemon: --storage-opt is supported only for overlay over xfs with 'pquota' mount option", false, nil},
+		{"Error response from daemon: Pool overlaps with other one on this address space", false, backend.ErrSubnetTaken},
+		{"Error response from daemon: No such image: x", true, nil},
+	} {
+		orig := errors.New(tc.msg)
+		err := runError(orig, tc.storageOpt)
+		if err.Error() != tc.msg || !errors.Is(err, orig) {
+			t.Errorf("runError(%q) = %v; want the engine's error as it is", tc.msg, err)
+		}
+		for _, s := range []error{backend.ErrStorageOptRefused, backend.ErrSubnetTaken} {
+			if errors.Is(err, s) != (s == tc.is) {
+				t.Errorf("runError(%q, %v) is %v: %v, want %v", tc.msg, tc.storageOpt, s, errors.Is(err, s), s == tc.is)
+			}
+		}
+	}
+	if runError(nil, true) != nil {
+		t.Error("runError(nil) is not nil")
 	}
 }
 

@@ -1,6 +1,9 @@
 // Package engine is the only package that talks to a container engine. It
 // runs a generated Compose project through the Docker Compose Go SDK, in
 // process: only an engine socket is needed, no compose plugin or docker CLI.
+// *Engine is the backend.Runtime of Docker and Podman: the steps of a run
+// (create, run, kill, remove, copy, plan the disk cap) and the facts that
+// tell the two apart; the run's lifecycle over them is internal/sandbox's.
 //
 // It never reads profiles and never prints: errors are returned, wrapping the
 // sentinels below so that the command line can add what to do about them.
@@ -26,6 +29,7 @@ import (
 	"github.com/docker/compose/v5/pkg/api"
 	"github.com/docker/compose/v5/pkg/compose"
 	"github.com/moby/moby/client"
+	"github.com/propio/propio-sandbox/internal/backend"
 )
 
 // MinAPIVersion is the oldest engine API propio-sandbox runs on: Docker Engine 20.10.
@@ -40,12 +44,9 @@ var (
 	ErrEngineNotRunning = errors.New("the container engine is not running")
 	ErrPermission       = errors.New("permission denied on the engine socket")
 	ErrEngineTooOld     = errors.New("the container engine is too old")
-	ErrImageMissing     = errors.New("image not found on the engine")
-	ErrTimeout          = errors.New("the sandbox ran out of time")
-	ErrInterrupted      = errors.New("interrupted")
 	// ErrSubnetTaken: the sandbox network's subnet was taken by another
 	// network between choosing it and creating it.
-	ErrSubnetTaken = errors.New("the sandbox network's subnet is taken")
+	ErrSubnetTaken = backend.ErrSubnetTaken
 )
 
 // Streams are the launcher's terminal or pipes.

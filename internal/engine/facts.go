@@ -1,14 +1,21 @@
 package engine
 
-import "github.com/propio/propio-sandbox/generator"
+import (
+	"context"
 
-// FactsOf are the engine facts the generator needs for an engine of kind
-// (Docker or Podman; anything else is taken for Docker), rootless or not.
-func FactsOf(kind string, rootless bool) generator.EngineFacts {
+	"github.com/propio/propio-sandbox/internal/backend"
+)
+
+// FactsOf are the facts of an engine of kind (Docker or Podman; anything
+// else is taken for Docker), rootless or not, that need no engine to tell:
+// its kind and how it differs from Docker's defaults.
+func FactsOf(kind string, rootless bool) backend.Facts {
 	if kind != Podman {
-		return generator.EngineFacts{}
+		return backend.Facts{Kind: Docker, Rootless: rootless, InternalNetworks: true}
 	}
-	return generator.EngineFacts{
+	return backend.Facts{
+		Kind:             Podman,
+		Rootless:         rootless,
 		TmpfsU:           true,
 		TmpfsCopyUp:      true,
 		NamesHost:        true,
@@ -17,5 +24,19 @@ func FactsOf(kind string, rootless bool) generator.EngineFacts {
 	}
 }
 
-// Facts are what the project must say differently for this engine.
-func (e *Engine) Facts() generator.EngineFacts { return FactsOf(e.Kind, e.Rootless) }
+// Facts says what the engine is: its kind and host, found when it was
+// reached, how it differs from Docker's defaults, and what its info says
+// (read once, or as preflight read it).
+func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
+	info, err := e.cachedInfo(ctx)
+	if err != nil {
+		return backend.Facts{}, err
+	}
+	f := FactsOf(e.Kind, e.Rootless)
+	f.Host = e.Host
+	f.Rootless = f.Rootless || info.Rootless
+	f.DockerDesktop = info.DockerDesktop
+	f.Local = info.Storage.Local
+	f.StorageQuota, f.StorageWhy = info.Storage.Quota, info.Storage.Why
+	return f, nil
+}

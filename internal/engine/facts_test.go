@@ -1,26 +1,90 @@
 package engine_test
 
 import (
+	"context"
+	"os"
+	"strings"
 	"testing"
 
-	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 func TestFactsOf(t *testing.T) {
 	t.Parallel()
+	podman := backend.Facts{Kind: engine.Podman, TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true}
+	rootless := podman
+	rootless.Rootless, rootless.KeepID = true, true
 	for name, tc := range map[string]struct {
 		kind     string
 		rootless bool
-		want     generator.EngineFacts
+		want     backend.Facts
 	}{
-		"docker":          {engine.Docker, false, generator.EngineFacts{}},
-		"auto is docker":  {engine.Auto, false, generator.EngineFacts{}},
-		"podman":          {engine.Podman, false, generator.EngineFacts{TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true}},
-		"rootless podman": {engine.Podman, true, generator.EngineFacts{TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, KeepID: true, UserSpaceGateway: true}},
+		"docker":          {engine.Docker, false, backend.Facts{Kind: engine.Docker, InternalNetworks: true}},
+		"auto is docker":  {engine.Auto, false, backend.Facts{Kind: engine.Docker, InternalNetworks: true}},
+		"podman":          {engine.Podman, false, podman},
+		"rootless podman": {engine.Podman, true, rootless},
 	} {
 		if got := engine.FactsOf(tc.kind, tc.rootless); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", name, got, tc.want)
 		}
+	}
+}
+
+// TestFacts compares the facts the engine reports with what the docker CLI
+// says of the same engine.
+func TestFacts(t *testing.T) {
+	ctx := context.Background()
+	eng := connectEngine(t)
+	facts, err := eng.Facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := testenv.Docker("info", "--format", "{{.OperatingSystem}}|{{json .SecurityOptions}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	osName, secopts, _ := strings.Cut(strings.TrimSpace(out), "|")
+	info, err := eng.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.FactsOf(eng.Kind, eng.Rootless)
+	if want.Kind != map[bool]string{true: engine.Podman, false: engine.Docker}[testenv.EnginePodman(t)] {
+		t.Errorf("kind %s; docker version says otherwise", want.Kind)
+	}
+	want.Host = eng.Host
+	want.Rootless = strings.Contains(secopts, "rootless") || eng.Rootless
+	want.DockerDesktop = strings.Contains(osName, "Docker Desktop")
+	want.Local = info.Storage.Local
+	want.StorageQuota, want.StorageWhy = info.Storage.Quota, info.Storage.Why
+	if facts != want {
+		t.Errorf("Facts = %+v\nwant    %+v", facts, want)
+	}
+	if strings.HasPrefix(eng.Host, "unix://") && !facts.DockerDesktop && !facts.Local {
+		t.Errorf("an engine on a unix socket of this host is not local: %+v", facts)
+	}
+}
+
+// TestFactsPodman: Podman, when its service runs here, reports its
+// differences from Docker.
+func TestFactsPodman(t *testing.T) {
+	const sock = "/run/podman/podman.sock"
+	if _, err := os.Stat(sock); err != nil || os.Geteuid() != 0 {
+		t.Skipf("no rootful Podman service at %s for this user", sock)
+	}
+	ctx := context.Background()
+	eng, err := engine.Connect(ctx, "unix://"+sock, engine.Streams{Out: os.Stdout, Err: os.Stderr})
+	if err != nil {
+		t.Skipf("Podman at %s: %v", sock, err)
+	}
+	defer eng.Close()
+	facts, err := eng.Facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if facts.Kind != engine.Podman || !facts.TmpfsU || !facts.NamesHost || facts.InternalNetworks || facts.KeepID || facts.Rootless {
+		t.Errorf("rootful Podman's facts: %+v", facts)
 	}
 }

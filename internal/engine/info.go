@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -22,6 +23,11 @@ type Info struct {
 	DefaultRuntime string
 	// Storage is how the engine keeps writable layers.
 	Storage Storage
+	// Rootless: the engine says it runs as an unprivileged user (rootless
+	// Docker; Podman's compatible info does not say, Engine.Rootless does).
+	Rootless bool
+	// DockerDesktop: the engine is Docker Desktop's.
+	DockerDesktop bool
 }
 
 // Info reads the engine's architecture, data directory and runtimes.
@@ -39,6 +45,12 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 		in.Runtimes = append(in.Runtimes, name)
 	}
 	sort.Strings(in.Runtimes)
+	for _, o := range res.Info.SecurityOptions {
+		if strings.Contains(o, "rootless") {
+			in.Rootless = true
+		}
+	}
+	in.DockerDesktop = strings.Contains(res.Info.OperatingSystem, "Docker Desktop")
 	in.Storage = storageOf(res.Info, e.Kind, e.Host)
 	e.infoMu.Lock()
 	e.info = &in

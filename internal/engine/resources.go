@@ -5,23 +5,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 )
 
 // Remove deletes every container, network and volume labelled with the
-// sandbox project, running or not. Removing what is already gone is not an
-// error.
-func (e *Engine) Remove(ctx context.Context, project string) error {
-	return e.removeBy(ctx, make(client.Filters).Add("label", LabelProject+"="+project))
+// sandbox project, running or not: all of them, or, when launcher is above
+// zero, those the launcher with that pid made. Removing what is already
+// gone is not an error.
+func (e *Engine) Remove(ctx context.Context, project string, launcher int) error {
+	by := make(client.Filters).Add("label", LabelProject+"="+project)
+	if launcher > 0 {
+		by = by.Add("label", LabelPID+"="+strconv.Itoa(launcher))
+	}
+	return e.removeBy(ctx, by)
 }
 
 // removeBy deletes every container, network and volume the filters select.
@@ -100,16 +104,7 @@ func (e *Engine) waitGone(ctx context.Context, filters client.Filters) error {
 }
 
 // Sandbox is one sandbox the engine knows of, from its labels.
-type Sandbox struct {
-	Project   string    `json:"project"`
-	Workspace string    `json:"workspace"`
-	Profile   string    `json:"profile"`
-	PID       int       `json:"launcher_pid"`
-	Host      string    `json:"launcher_host"`
-	Alive     bool      `json:"launcher_alive"` // the launcher process still runs (on this host)
-	State     string    `json:"state"`          // of its container, or "leftover" when only networks remain
-	Created   time.Time `json:"created"`
-}
+type Sandbox = backend.Sandbox
 
 // List returns the sandboxes on the engine, oldest first.
 func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
@@ -169,46 +164,6 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
-// GC removes the sandboxes whose launcher is gone (killed, so it could not
-// clean up). Sandboxes of live launchers, and of other hosts, are left alone.
-// It returns the projects it removed.
-func (e *Engine) GC(ctx context.Context) ([]string, error) {
-	list, err := e.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, s := range list {
-		if s.Alive || !sameHost(s.Host) {
-			continue
-		}
-		// Only what that launcher made: a new launcher may be starting a
-		// sandbox of the same name (names are reused, as render shows them).
-		by := make(client.Filters).Add("label", LabelProject+"="+s.Project).Add("label", LabelPID+"="+strconv.Itoa(s.PID))
-		if err := e.removeBy(ctx, by); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, s.Project)
-	}
-	return removed, errors.Join(errs...)
-}
-
-func sameHost(host string) bool {
-	h, _ := os.Hostname()
-	return host == h
-}
-
 // LauncherAlive reports whether the launcher pid still runs on this host. On
 // another host it cannot tell, and says alive so that nothing is removed.
-func LauncherAlive(pid int, host string) bool {
-	if !sameHost(host) {
-		return true
-	}
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
+func LauncherAlive(pid int, host string) bool { return backend.LauncherAlive(pid, host) }

@@ -66,7 +66,7 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 		"fix what the check reports, then run again",
 		"or skip it for this run: propio-sandbox run --skip-checks \"" + c.Name + "\"",
 	}
-	if s.Profile.Network.Mode == "allowlist" && s.eng.Kind == engine.Podman {
+	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
 		return preflight.Result{Name: c.Name, Reason: "not run: network.mode allowlist does not run on Podman yet", Hints: []string{"use Docker for this profile (--engine docker)"}}
 	}
 	var out bytes.Buffer
@@ -87,9 +87,9 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	if err != nil {
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}
 	}
-	code, err := capture.Run(ctx, project, engine.RunOptions{Timeout: timeout, ImageChecked: true})
+	code, err := Run(ctx, capture, project, RunOptions{Timeout: timeout, ImageChecked: true})
 	switch {
-	case errors.Is(err, engine.ErrTimeout):
+	case errors.Is(err, ErrTimeout):
 		return preflight.Result{Name: c.Name, Reason: fmt.Sprintf("%v did not finish within %s%s", c.Run, timeout, tail(out.String())), Hints: hints}
 	case err != nil:
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}

@@ -86,8 +86,6 @@ var (
 	ErrEngineNotRunning = engine.ErrEngineNotRunning
 	ErrPermission       = engine.ErrPermission
 	ErrEngineTooOld     = engine.ErrEngineTooOld
-	ErrImageMissing     = engine.ErrImageMissing
-	ErrTimeout          = engine.ErrTimeout
 )
 
 // The engines a launch may ask for.
@@ -100,7 +98,7 @@ const (
 // EngineFactsOf are the engine facts of an engine of kind (Auto is taken
 // for Docker), for a render, which asks no engine: a rootless Podman's
 // keep-id is known only to a launch.
-func EngineFactsOf(kind string) generator.EngineFacts { return engine.FactsOf(kind, false) }
+func EngineFactsOf(kind string) generator.EngineFacts { return hostFacts(engine.FactsOf(kind, false)) }
 
 var errNoEngine = errors.New("not connected to an engine")
 

@@ -101,7 +101,7 @@ func CheckPending(ctx context.Context, r Reporter, eng *engine.Engine, dirs host
 // judges what they left in their workspaces. It returns the projects it
 // removed.
 func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) ([]string, error) {
-	removed, err := c.Engine.GC(ctx)
+	removed, err := removeLeftovers(ctx, c.Engine)
 	return removed, errors.Join(err, CheckPending(ctx, r, c.Engine, dirs))
 }
 

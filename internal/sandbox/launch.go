@@ -13,6 +13,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -64,6 +65,7 @@ type launch struct {
 	report  Reporter
 	plan    *Plan
 	eng     *engine.Engine
+	facts   backend.Facts // the engine's, as it reports them
 	opts    generator.Options
 	adjust  []func(*generator.Host)
 	timeout time.Duration
@@ -95,6 +97,11 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s := &launch{Launch: l, report: l.Report, eng: f.Conn.Engine, gcDone: make(chan struct{})}
+	facts, err := s.eng.Facts(ctx) // the info preflight read
+	if err != nil {
+		return 0, err
+	}
+	s.facts = facts
 	names, err := namesOn(ctx, s.eng)
 	if err != nil {
 		return 0, err
@@ -183,7 +190,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 	}
 	s.collectLeftovers(ctx)
 	defer s.reportLeftovers(ctx)
-	if s.Profile.Network.Mode == "allowlist" && s.eng.Kind == engine.Podman {
+	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
 		return 0, ErrAllowlistOnPodman
 	}
 	// The SSH agent, when the profile or the environment asks for it:
@@ -234,7 +241,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 func (s *launch) collectLeftovers(ctx context.Context) {
 	go func() {
 		defer close(s.gcDone)
-		s.gcRemoved, s.gcErr = s.eng.GC(ctx)
+		s.gcRemoved, s.gcErr = removeLeftovers(ctx, s.eng)
 	}()
 }
 
@@ -278,7 +285,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if err != nil {
 			return 0, err
 		}
-		code, err = s.eng.Run(ctx, project, engine.RunOptions{
+		code, err = Run(ctx, s.eng, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
 			Timeout:     s.timeout,
@@ -300,7 +307,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
 	}
 	if ran && cs != nil {
-		if serr := cs.Finish(s.Streams.Err, errors.Is(err, engine.ErrCopyOut)); serr != nil {
+		if serr := cs.Finish(s.Streams.Err, errors.Is(err, ErrCopyOut)); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}
@@ -357,4 +364,4 @@ func (e *SSHModeError) Unwrap() error { return e.Err }
 
 // engineFacts puts what differs on the launch's engine, as the engine
 // reports it, into the host facts.
-func (s *launch) engineFacts(h *generator.Host) { h.Engine = s.eng.Facts() }
+func (s *launch) engineFacts(h *generator.Host) { h.Engine = hostFacts(s.facts) }

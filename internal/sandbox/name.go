@@ -83,7 +83,7 @@ func namesOn(ctx context.Context, eng *engine.Engine) (engineNames, error) {
 func (s *launch) reclaim(ctx context.Context, names engineNames) error {
 	name := s.opts.Project
 	if names.left[name] {
-		if err := s.eng.Remove(ctx, name); err != nil {
+		if err := s.eng.Remove(ctx, name, 0); err != nil {
 			return fmt.Errorf("removing what an earlier sandbox of this name left: %w", err)
 		}
 		s.reclaimed = append(s.reclaimed, name)

@@ -99,7 +99,12 @@ func (f *Preflight) Declared(plan *Plan, report Reporter) ([]preflight.Check, er
 	if f.Conn == nil {
 		return nil, errNoEngine
 	}
-	s := &launch{Launch: &Launch{Env: f.Env, Profile: f.Profile, Ref: f.Ref, Report: report}, report: report, plan: plan, eng: f.Conn.Engine}
+	// The engine's facts come from the info its preflight read.
+	facts, err := f.Conn.Engine.Facts(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	s := &launch{Launch: &Launch{Env: f.Env, Profile: f.Profile, Ref: f.Ref, Report: report}, report: report, plan: plan, eng: f.Conn.Engine, facts: facts}
 	s.opts = generator.Options{Project: generator.ProjectName(f.Env.Workspace, "")}
 	if f.Profile.Network.Mode == "allowlist" {
 		if err := GatewayOptions(&s.opts, f.Env.Dirs); err != nil {

@@ -1,0 +1,265 @@
+// Package backend is the contract between a sandbox's launch and the
+// container engine that runs it: the Runtime interface, the facts an engine
+// reports about itself, and the words both sides use (labels, places,
+// errors). internal/engine implements it for Docker and Podman; the launch
+// (internal/sandbox) drives it, and its tests fake it.
+//
+// It holds no implementation: it imports nothing of this module and talks
+// to no engine.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+// Runtime is what a launch needs of a container engine.
+//
+// A sandbox is a Compose project: every container, network and volume a
+// Runtime makes for it carries the project's labels (LabelProject and the
+// launcher's), by which Kill, StopUnstarted, Remove and List find them.
+type Runtime interface {
+	// Facts says what the engine is and how it differs from Docker's
+	// defaults.
+	Facts(ctx context.Context) (Facts, error)
+
+	// HasImage reports whether the engine has the image ref. It never
+	// pulls.
+	HasImage(ctx context.Context, ref string) (bool, error)
+	// Build builds the image of the project's service from its build
+	// section.
+	Build(ctx context.Context, project *types.Project, service string) error
+
+	// CreateVolumes creates the project's own volumes (not its external
+	// ones) with their labels, marks them external in project, so that Run
+	// uses them as they are, and labels each with LabelHelperImage:
+	// helperImage.
+	CreateVolumes(ctx context.Context, project *types.Project, helperImage string) error
+	// CopyIn fills the volume with the host directory from, keeping modes,
+	// mtimes, symbolic links and ownership.
+	CopyIn(ctx context.Context, v Volume, from string) error
+	// CopyOut replaces the host directory to with the volume's content, all
+	// or nothing.
+	CopyOut(ctx context.Context, v Volume, to string) error
+
+	// PlanDisk says how the disk cap of the project's service holds on this
+	// engine: what the engine enforces (a storage option the launch sets on
+	// the service) and what the launcher must watch. It is called once the
+	// project's volumes exist and are filled.
+	PlanDisk(ctx context.Context, project *types.Project, d DiskRequest) (*DiskPlan, error)
+
+	// Run runs the project's service as a one-off container attached to the
+	// launcher's streams, as `docker compose run` does: it creates the
+	// project's networks, creates and starts the services the service
+	// depends on, then creates, starts, attaches to and waits for the
+	// one-off container, and returns its exit code. Once the container is
+	// created, the Runtime forwards the launcher's signals to it.
+	//
+	// Errors it returns wrap ErrStorageOptRefused or ErrSubnetTaken when
+	// that is what went wrong.
+	Run(ctx context.Context, project *types.Project, o RunSpec) (code int, err error)
+	// Kill kills the project's running containers at once.
+	Kill(ctx context.Context, project string) error
+	// StopUnstarted stops a sandbox that is not running yet: when none of
+	// the project's containers runs (there are none, or they are created
+	// but not started), it removes them and reports true. A running
+	// sandbox is left alone (it gets the launcher's signals from Run), and
+	// reported false. When it cannot tell, it reports true.
+	StopUnstarted(ctx context.Context, project string) bool
+	// Remove deletes every container, network and volume of the project,
+	// running or not: all of them, or, when launcher is above zero, only
+	// those the launcher with that pid made (a new launcher may be starting
+	// a sandbox of the same name). Removing what is already gone is not an
+	// error.
+	Remove(ctx context.Context, project string, launcher int) error
+	// List returns the sandboxes the engine holds, oldest first.
+	List(ctx context.Context) ([]Sandbox, error)
+}
+
+// Facts are what an engine is, and how it differs from Docker's defaults:
+// a caller asks these, never which product the engine is.
+type Facts struct {
+	// Kind is "docker" or "podman", as the engine itself says: for
+	// messages, not for branching.
+	Kind string
+	// Host is where the engine listens: unix:///var/run/docker.sock,
+	// tcp://...
+	Host string
+	// Rootless: the engine runs as an unprivileged user.
+	Rootless bool
+	// DockerDesktop: the engine is Docker Desktop's, in a VM.
+	DockerDesktop bool
+	// Local: the engine runs on this host (a unix socket, the same host
+	// name, not a VM), so that its files are this host's.
+	Local bool
+	// StorageQuota: the engine can cap a container's writable layer (the
+	// storage option size); StorageWhy says why it can or why not.
+	StorageQuota bool
+	StorageWhy   string
+	// TmpfsU: the engine refuses uid= and gid= on a tmpfs, and gives the
+	// tmpfs to the container's user with the option U instead (Podman).
+	TmpfsU bool
+	// TmpfsCopyUp: the engine copies what the image has at a tmpfs's mount
+	// point into the tmpfs unless told notmpcopyup (Podman).
+	TmpfsCopyUp bool
+	// NamesHost: the engine names the host in each container itself
+	// (Podman: host.containers.internal), and may not resolve host-gateway
+	// (Podman before 4.7).
+	NamesHost bool
+	// KeepID: the engine runs rootless in a user namespace that must map
+	// the user to itself (userns_mode keep-id) for files written in the
+	// workspace to stay the user's (a rootless Podman).
+	KeepID bool
+	// UserSpaceGateway: an allowlist gateway must relay in user space, never
+	// forwarding in its kernel (Podman, whose keep-id mapping comes only
+	// with it).
+	UserSpaceGateway bool
+	// InternalNetworks: a network made internal keeps the host out of it.
+	// Podman gives the host an address on it (and serves DNS there), so an
+	// allowlist, which relies on it, cannot run there.
+	InternalNetworks bool
+}
+
+// Volume names a volume of the engine, and the helper container through
+// which a Runtime copies it: made of Image (one the engine has), labelled
+// with Labels (the sandbox's, so that Remove removes it too), never
+// started.
+type Volume struct {
+	Name   string
+	Image  string
+	Labels map[string]string
+}
+
+// VolumeCopy fills a volume of the project with a host directory before the
+// run, and copies the volume's content back to the host after it: the copy
+// realisation of a changeset, for engines that cannot mount an overlay of a
+// host path.
+type VolumeCopy struct {
+	Volume string // the volume's key in the project
+	From   string // the host directory copied into the volume before the run
+	To     string // the host directory the volume's final content replaces, after the run
+}
+
+// RunSpec says how Run runs the one-off container.
+type RunSpec struct {
+	// Service is the project's service to run.
+	Service string
+	// TTY allocates a terminal; Interactive attaches the launcher's stdin.
+	TTY, Interactive bool
+	// NotRunning, when set, is called when a signal the Runtime forwarded
+	// found the container not running yet (created, not started): the
+	// signal is lost on it, and the launch must stop the start itself.
+	NotRunning func(os.Signal)
+}
+
+// DiskRequest asks how a disk cap holds for one service.
+type DiskRequest struct {
+	// Service is the project's service the cap is for.
+	Service string
+	// Cap is the cap in bytes, above zero.
+	Cap int64
+	// OverlayUppers maps the project's overlay volumes (a changeset's), by
+	// their key in the project, to their upper directories on this host,
+	// which the launcher may watch.
+	OverlayUppers map[string]string
+}
+
+// DiskPlan is how the disk cap holds for one sandbox: what the engine
+// enforces itself and what the launcher watches.
+type DiskPlan struct {
+	Cap int64
+	// StorageOpt is the size the engine caps the writable layer at (the
+	// service's storage option size), or "" when it does not.
+	StorageOpt string
+	// Watch measures what the launcher watches until ctx ends, and returns
+	// what went over the cap first, or nil (at once when nothing is
+	// watched).
+	Watch func(ctx context.Context) *DiskCapError
+	// WatchLayer is the fallback when the engine refused StorageOpt after
+	// all: Watch watches the writable layer from then on.
+	WatchLayer func()
+}
+
+// ExitDiskCap is the exit code of a sandbox the launcher stopped because
+// it wrote more than its disk cap (122 is EDQUOT, "Disk quota exceeded").
+const ExitDiskCap = 122
+
+// DiskCapError: the sandbox wrote more than its disk cap to a place the
+// launcher watches, and was stopped.
+type DiskCapError struct {
+	Cap   int64  // the cap, in bytes
+	Where string // one of the places below, a mount's target, or several joined
+	Size  int64  // what the launcher measured
+}
+
+func (e *DiskCapError) Error() string {
+	return fmt.Sprintf("the sandbox wrote more than its disk cap (%d bytes) to %s; stopped", e.Cap, e.Where)
+}
+
+// Places a launcher caps, as messages name them.
+const (
+	PlaceWorkspace     = "the workspace"
+	PlaceChangeset     = "its changeset"
+	PlaceWritableLayer = "its writable layer"
+	// PlaceImageVolumes: the volumes the engine makes for the image's
+	// VOLUME paths (none mounted there by the profile).
+	PlaceImageVolumes = "its image's volumes"
+)
+
+// Sandbox is one sandbox the engine knows of, from its labels.
+type Sandbox struct {
+	Project   string    `json:"project"`
+	Workspace string    `json:"workspace"`
+	Profile   string    `json:"profile"`
+	PID       int       `json:"launcher_pid"`
+	Host      string    `json:"launcher_host"`
+	Alive     bool      `json:"launcher_alive"` // the launcher process still runs (on this host)
+	State     string    `json:"state"`          // of its container, or "leftover" when only networks remain
+	Created   time.Time `json:"created"`
+}
+
+// Labels that tie a sandbox's resources to the launcher that made them.
+const (
+	LabelProject = "dev.propio-sandbox.project"
+	LabelPID     = "dev.propio-sandbox.launcher-pid"
+	LabelHost    = "dev.propio-sandbox.launcher-host"
+	// LabelHelperImage names, on a volume, an image the engine has that can
+	// make the helper containers for it (the sandbox's).
+	LabelHelperImage = "dev.propio-sandbox.helper-image"
+)
+
+// Errors a Runtime's calls wrap, for the launch to branch on.
+var (
+	// ErrStorageOptRefused: the engine refused the writable layer's
+	// storage option (its storage was misjudged).
+	ErrStorageOptRefused = errors.New("the engine refused the storage option size")
+	// ErrSubnetTaken: the sandbox network's subnet was taken by another
+	// network between choosing it and creating it.
+	ErrSubnetTaken = errors.New("the sandbox network's subnet is taken")
+)
+
+// LauncherAlive reports whether the launcher pid still runs on this host.
+// On another host it cannot tell, and says alive so that nothing is
+// removed.
+func LauncherAlive(pid int, host string) bool {
+	if !SameHost(host) {
+		return true
+	}
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// SameHost reports whether host is this host's name.
+func SameHost(host string) bool {
+	h, _ := os.Hostname()
+	return host == h
+}

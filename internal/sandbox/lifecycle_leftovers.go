@@ -1,0 +1,39 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+
+	"github.com/propio/propio-sandbox/internal/backend"
+)
+
+// removeLeftovers removes the sandboxes whose launcher is gone (killed, so
+// it could not tear them down): only what that launcher made, as a new
+// launcher may be starting a sandbox of the same name. Sandboxes of live
+// launchers, and of other hosts, are left alone. It returns the projects
+// it removed.
+func removeLeftovers(ctx context.Context, rt backend.Runtime) ([]string, error) {
+	list, err := rt.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, s := range list {
+		if !leftover(s) {
+			continue
+		}
+		if err := rt.Remove(ctx, s.Project, s.PID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, s.Project)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// leftover reports whether the sandbox was left by a launcher of this host
+// that is gone: its launcher's pid runs no more.
+func leftover(s backend.Sandbox) bool {
+	return backend.SameHost(s.Host) && !backend.LauncherAlive(s.PID, s.Host)
+}

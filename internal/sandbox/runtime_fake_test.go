@@ -1,0 +1,326 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
+)
+
+// fakeRuntime is a backend.Runtime in memory. It records every call, in
+// order, keeps the state of one sandbox (nothing, created, running,
+// exited, removed), and lets a test decide what a step does: on[step] runs
+// when the step is called, with the step's context, and its error is the
+// step's. The steps are the Runtime's method names.
+type fakeRuntime struct {
+	t *testing.T
+
+	mu     sync.Mutex
+	calls  []string
+	state  string // "", "created", "running", "exited", "removed"
+	images map[string]bool
+	// on[step] is what the step does besides being recorded.
+	on map[string]func(ctx context.Context) error
+	// created is what happens once the container is created, before it
+	// starts; its error is Run's.
+	created func(ctx context.Context, o backend.RunSpec) error
+	// run is what the sandbox's container does once started; nil: exits 0.
+	run func(ctx context.Context, o backend.RunSpec) (int, error)
+	// plan is PlanDisk's answer.
+	plan *backend.DiskPlan
+	// sandboxes is List's answer.
+	sandboxes []backend.Sandbox
+
+	killed    chan struct{} // closed by the first Kill
+	stopAsked chan struct{} // closed by the first StopUnstarted
+	runs      []*types.Project
+	removeCtx []context.Context
+}
+
+var _ backend.Runtime = (*fakeRuntime)(nil)
+
+func newFake(t *testing.T) *fakeRuntime {
+	return &fakeRuntime{
+		t:         t,
+		images:    map[string]bool{agentImage: true, gatewayImage: true},
+		on:        map[string]func(context.Context) error{},
+		killed:    make(chan struct{}),
+		stopAsked: make(chan struct{}),
+	}
+}
+
+const (
+	agentImage   = "example/agent:1"
+	gatewayImage = "example/gateway:1"
+)
+
+// step records a call and does what the test said it does.
+func (f *fakeRuntime) step(ctx context.Context, name string, args ...any) error {
+	f.mu.Lock()
+	call := strings.TrimSpace(fmt.Sprintln(append([]any{name}, args...)...))
+	f.calls = append(f.calls, call)
+	do := f.on[name]
+	f.mu.Unlock()
+	if do != nil {
+		return do(ctx)
+	}
+	return nil
+}
+
+// called lists the calls made, by step name only.
+func (f *fakeRuntime) called() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.calls {
+		name, _, _ := strings.Cut(c, " ")
+		out = append(out, name)
+	}
+	return out
+}
+
+// count is how many times step was called.
+func (f *fakeRuntime) count(step string) int {
+	n := 0
+	for _, c := range f.called() {
+		if c == step {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakeRuntime) setState(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = s
+}
+
+func (f *fakeRuntime) Facts(ctx context.Context) (backend.Facts, error) {
+	return backend.Facts{Kind: "fake", Host: "fake://"}, f.step(ctx, "Facts")
+}
+
+func (f *fakeRuntime) HasImage(ctx context.Context, ref string) (bool, error) {
+	if err := f.step(ctx, "HasImage", ref); err != nil {
+		return false, err
+	}
+	return f.images[ref], nil
+}
+
+func (f *fakeRuntime) Build(ctx context.Context, project *types.Project, service string) error {
+	return f.step(ctx, "Build", service)
+}
+
+func (f *fakeRuntime) CreateVolumes(ctx context.Context, project *types.Project, helperImage string) error {
+	if err := f.step(ctx, "CreateVolumes"); err != nil {
+		return err
+	}
+	vols := types.Volumes{}
+	for k, v := range project.Volumes {
+		if !v.External {
+			v.Name, v.External, v.Driver, v.DriverOpts = project.Name+"_"+k, true, "", nil
+		}
+		vols[k] = v
+	}
+	project.Volumes = vols
+	return nil
+}
+
+func (f *fakeRuntime) CopyIn(ctx context.Context, v backend.Volume, from string) error {
+	return f.step(ctx, "CopyIn", v.Name, from)
+}
+
+func (f *fakeRuntime) CopyOut(ctx context.Context, v backend.Volume, to string) error {
+	return f.step(ctx, "CopyOut", v.Name, to)
+}
+
+func (f *fakeRuntime) PlanDisk(ctx context.Context, project *types.Project, d backend.DiskRequest) (*backend.DiskPlan, error) {
+	if err := f.step(ctx, "PlanDisk", d.Service, d.Cap); err != nil {
+		return nil, err
+	}
+	return f.plan, nil
+}
+
+// Run creates the container (state created), then, unless on["Run"]
+// fails, starts it (state running) and runs f.run.
+func (f *fakeRuntime) Run(ctx context.Context, project *types.Project, o backend.RunSpec) (int, error) {
+	f.mu.Lock()
+	seen := *project // as it is now: the launch may change it for another run
+	seen.Services = maps.Clone(project.Services)
+	f.runs = append(f.runs, &seen)
+	f.state = "created"
+	f.mu.Unlock()
+	if err := f.step(ctx, "Run", o.Service); err != nil {
+		return 0, err
+	}
+	if f.created != nil {
+		if err := f.created(ctx, o); err != nil {
+			return 0, err
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	f.setState("running")
+	code, err := 0, error(nil)
+	if f.run != nil {
+		code, err = f.run(ctx, o)
+	}
+	f.setState("exited")
+	return code, err
+}
+
+func (f *fakeRuntime) Kill(ctx context.Context, project string) error {
+	err := f.step(ctx, "Kill", project)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.killed:
+	default:
+		close(f.killed)
+	}
+	return err
+}
+
+// StopUnstarted stops what is not running, as the engine does: true unless
+// the container runs.
+func (f *fakeRuntime) StopUnstarted(ctx context.Context, project string) bool {
+	f.step(ctx, "StopUnstarted", project)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	stopped := f.state != "running"
+	if f.state == "created" {
+		f.state = ""
+	}
+	select {
+	case <-f.stopAsked:
+	default:
+		close(f.stopAsked)
+	}
+	return stopped
+}
+
+func (f *fakeRuntime) Remove(ctx context.Context, project string, launcher int) error {
+	f.mu.Lock()
+	f.removeCtx = append(f.removeCtx, ctx)
+	f.mu.Unlock()
+	err := f.step(ctx, "Remove", project, launcher)
+	f.setState("removed")
+	return err
+}
+
+func (f *fakeRuntime) List(ctx context.Context) ([]backend.Sandbox, error) {
+	if err := f.step(ctx, "List"); err != nil {
+		return nil, err
+	}
+	return slices.Clone(f.sandboxes), nil
+}
+
+// fakeSignals are the launcher's signals, sent by the test.
+type fakeSignals struct {
+	mu    sync.Mutex
+	c     chan<- os.Signal
+	armed bool // caught: a signal now would not kill the launcher
+	stops int
+}
+
+func (s *fakeSignals) Notify(c chan<- os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.c, s.armed = c, true
+}
+
+func (s *fakeSignals) Stop(c chan<- os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = false
+	s.stops++
+}
+
+// reset is what an engine's client may do while it runs the container
+// (the Compose SDK calls signal.Reset): the launcher's channel no longer
+// gets the signals.
+func (s *fakeSignals) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = false
+}
+
+// send delivers sig as the process would: only while it is caught.
+func (s *fakeSignals) send(t *testing.T, sig os.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	c, armed := s.c, s.armed
+	s.mu.Unlock()
+	if !armed {
+		t.Errorf("%v sent while the launcher does not catch it: it would have killed the launcher", sig)
+		return
+	}
+	select {
+	case c <- sig:
+	default:
+		t.Errorf("%v dropped: the signal channel is full", sig)
+	}
+}
+
+func (s *fakeSignals) isArmed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.armed
+}
+
+// waitDone waits for ctx to end, as a step that the launcher's stop
+// cancels does, and fails the test when it does not within a while.
+func waitDone(t *testing.T, ctx context.Context, what string) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s: the step's context was not cancelled", what)
+		return fmt.Errorf("%s: not cancelled", what)
+	}
+}
+
+// testProject is a sandbox's project as the generator makes it: the agent,
+// with a volume for a changeset's copy, a network and, with gateway, an
+// allowlist's gateway.
+func testProject(gateway bool) *types.Project {
+	agent := types.ServiceConfig{Name: generator.Service}
+	agent.Image = agentImage
+	agent.Labels = types.Labels{generator.LabelProfile: "test"}
+	agent.Environment = types.MappingWithEquals{"FIXED": ptr("1"), "PASSED": nil, "UNSET": nil}
+	agent.Volumes = []types.ServiceVolumeConfig{{Type: types.VolumeTypeVolume, Source: "changeset-ws", Target: "/workspace"}}
+	p := &types.Project{
+		Name:     "propio-test-1",
+		Services: types.Services{generator.Service: agent},
+		Networks: types.Networks{"sandbox": {Name: "propio-test-1_sandbox"}},
+		Volumes:  types.Volumes{"changeset-ws": {Labels: types.Labels{generator.LabelProfile: "test"}}, "shared": {External: true, Name: "shared"}},
+	}
+	if gateway {
+		gw := types.ServiceConfig{Name: generator.GatewayService}
+		gw.Image = gatewayImage
+		gw.Labels = types.Labels{generator.LabelProfile: "test"}
+		p.Services[generator.GatewayService] = gw
+	}
+	return p
+}
+
+// withDiskCap gives the project's agent a disk cap.
+func withDiskCap(p *types.Project, limit int64) *types.Project {
+	svc := p.Services[generator.Service]
+	svc.Extensions = types.Extensions{generator.ExtensionKey: map[string]any{"profile": "test", "disk": limit}}
+	p.Services[generator.Service] = svc
+	return p
+}
+
+func ptr(s string) *string { return &s }
