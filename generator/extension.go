@@ -60,6 +60,14 @@ type ExtensionGateway struct {
 	Log string
 }
 
+// Set puts the extension on svc, in place of the one it has.
+func (e Extension) Set(svc *types.ServiceConfig) {
+	if svc.Extensions == nil {
+		svc.Extensions = types.Extensions{}
+	}
+	svc.Extensions[ExtensionKey] = e.value()
+}
+
 // value is the extension as the project holds it: maps, lists, strings and
 // numbers, which render as sorted YAML and load back the same.
 func (e Extension) value() map[string]any {

@@ -105,6 +105,9 @@ type Match struct {
 type Options struct {
 	Project string   // the Compose project name
 	Command []string // overrides the profile's command when not nil
+	// Timeout overrides resources.timeout when not zero (a declared
+	// check's own).
+	Timeout time.Duration
 
 	// For network.mode allowlist:
 	GatewayImage   string       // the gateway's image (DefaultGatewayImage when empty)
@@ -256,6 +259,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	svc.Ports = Ports(p)
 
 	ext := Extension{Profile: profileLabel(p), Disk: diskCap(p, h), Timeout: time.Duration(p.Resources.Timeout)}
+	if o.Timeout > 0 {
+		ext.Timeout = o.Timeout
+	}
 	if cs := h.Changeset; cs != nil {
 		ext.Changeset = cs.extension()
 	}
@@ -266,7 +272,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 			return nil, err
 		}
 	}
-	svc.Extensions = types.Extensions{ExtensionKey: ext.value()}
+	ext.Set(&svc)
 	project.Services[Service] = svc
 	return project, nil
 }

@@ -93,12 +93,3 @@ type changesetInUse struct{ error }
 
 func (e changesetInUse) Unwrap() error        { return e.error }
 func (e changesetInUse) Is(target error) bool { return target == cslaunch.ErrInUse }
-
-// engineCopies are a changeset's copies as the engine takes them.
-func engineCopies(cs []cslaunch.VolumeCopy) []engine.VolumeCopy {
-	var out []engine.VolumeCopy
-	for _, c := range cs {
-		out = append(out, engine.VolumeCopy(c))
-	}
-	return out
-}

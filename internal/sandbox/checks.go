@@ -78,6 +78,7 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	o := s.opts
 	o.Project = generator.ProjectName(s.Env.Workspace, "check-"+runID())
 	o.Command = c.Run
+	o.Timeout = timeout
 	var project *types.Project
 	if s.Profile.Network.Mode == "allowlist" {
 		project, err = s.prepareGateway(ctx, capture, o, s.adjustAll)
@@ -87,7 +88,7 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	if err != nil {
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}
 	}
-	code, err := Run(ctx, capture, project, RunOptions{Timeout: timeout, ImageChecked: true})
+	code, err := Run(ctx, capture, project, RunOptions{ImageChecked: true})
 	switch {
 	case errors.Is(err, ErrTimeout):
 		return preflight.Result{Name: c.Name, Reason: fmt.Sprintf("%v did not finish within %s%s", c.Run, timeout, tail(out.String())), Hints: hints}

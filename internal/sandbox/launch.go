@@ -62,13 +62,12 @@ var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on Po
 // launch is the state of one Launch while it runs.
 type launch struct {
 	*Launch
-	report  Reporter
-	plan    *Plan
-	eng     *engine.Engine
-	facts   backend.Facts // the engine's, as it reports them
-	opts    generator.Options
-	adjust  []func(*generator.Host)
-	timeout time.Duration
+	report Reporter
+	plan   *Plan
+	eng    *engine.Engine
+	facts  backend.Facts // the engine's, as it reports them
+	opts   generator.Options
+	adjust []func(*generator.Host)
 	// gcDone is closed once the leftovers of killed launchers are removed
 	// (gcRemoved), or could not be (gcErr).
 	gcDone    chan struct{}
@@ -121,7 +120,6 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 // the profile that only the host reveals shows before anything starts.
 func (s *launch) prepare(name string) error {
 	p := s.Profile
-	s.timeout = time.Duration(p.Resources.Timeout) // 0: none
 	s.opts = generator.Options{Project: name, Command: s.Command}
 	if p.Network.Mode == "allowlist" {
 		if err := GatewayOptions(&s.opts, s.Env.Dirs); err != nil {
@@ -288,11 +286,9 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		code, err = Run(ctx, s.eng, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
-			Timeout:     s.timeout,
 			Build:       s.Build,
 			// The image check of preflight has just looked.
 			ImageChecked: true,
-			Copies:       engineCopies(cs.VolumeCopies()),
 			Ran: func() {
 				ran = true
 				check.begin() // while the engine removes the containers

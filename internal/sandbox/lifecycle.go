@@ -47,17 +47,11 @@ type RunOptions struct {
 	TTY bool
 	// Interactive attaches the launcher's stdin.
 	Interactive bool
-	// Timeout stops the sandbox after this long; zero for none.
-	Timeout time.Duration
 	// Build builds the image first when the project says how.
 	Build bool
 	// ImageChecked: the caller has just seen the agent's image on the
 	// engine (preflight), so it is not looked up again.
 	ImageChecked bool
-	// Copies fill volumes of the project before the run and copy them back
-	// after it (a changeset's copy realisation). The copies back are made
-	// only when the sandbox's command ran.
-	Copies []backend.VolumeCopy
 	// Ran, when set, is called once the sandbox's command has run (exited,
 	// or was stopped by the timeout or a signal), before the copies back.
 	Ran func()
@@ -99,11 +93,17 @@ func (processSignals) Stop(c chan<- os.Signal) { signal.Stop(c) }
 // it (124, ErrTimeout), and so does writing past its disk cap (122,
 // *backend.DiskCapError).
 func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunOptions) (code int, err error) {
+	// What the launcher applies itself is what the project says, in its
+	// extension: the timeout, the changeset's copies (and the disk cap).
+	ext, err := generator.ReadExtension(project)
+	if err != nil && !errors.Is(err, generator.ErrNoExtension) {
+		return 0, err
+	}
 	project, svc, err := prepare(project, o)
 	if err != nil {
 		return 0, err
 	}
-	r := &run{rt: rt, project: project, o: o, sigs: o.Signals}
+	r := &run{rt: rt, project: project, o: o, sigs: o.Signals, timeout: ext.Timeout, copies: copiesOf(ext)}
 	if r.sigs == nil {
 		r.sigs = processSignals{}
 	}
@@ -133,8 +133,8 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 	defer w.stop()
 
 	var timedOut atomic.Bool
-	if o.Timeout > 0 {
-		timer := time.AfterFunc(o.Timeout, func() {
+	if r.timeout > 0 {
+		timer := time.AfterFunc(r.timeout, func() {
 			timedOut.Store(true)
 			r.kill()
 		})
@@ -182,7 +182,7 @@ func (r *run) outcome(code int, err error, svc types.ServiceConfig, timedOut boo
 	case over != nil:
 		return backend.ExitDiskCap, over
 	case timedOut:
-		return 124, fmt.Errorf("stopped after %s: %w", r.o.Timeout, ErrTimeout)
+		return 124, fmt.Errorf("stopped after %s: %w", r.timeout, ErrTimeout)
 	case err != nil && r.interrupted() != nil:
 		s := r.interrupted()
 		return 128 + int(s.(syscall.Signal)), fmt.Errorf("%w by %v while starting", ErrInterrupted, s)
@@ -199,6 +199,8 @@ type run struct {
 	rt      backend.Runtime
 	project *types.Project
 	o       RunOptions
+	timeout time.Duration        // stops the sandbox after this long; zero for none
+	copies  []backend.VolumeCopy // fill volumes before the run, and copied back after it when the command ran
 
 	cancel context.CancelFunc
 	sigs   Signals
@@ -322,7 +324,7 @@ func (r *run) fillVolumes(ctx context.Context, svc types.ServiceConfig) (uppers 
 	if err := r.rt.CreateVolumes(ctx, r.project, svc.Image); err != nil {
 		return nil, err
 	}
-	for _, c := range r.o.Copies {
+	for _, c := range r.copies {
 		if err := r.rt.CopyIn(ctx, r.volume(svc, c), c.From); err != nil {
 			return nil, err
 		}
@@ -361,7 +363,7 @@ func (r *run) copyBack(svc types.ServiceConfig) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), copyBudget)
 	defer cancel()
 	var errs []error
-	for _, c := range r.o.Copies {
+	for _, c := range r.copies {
 		if err := r.rt.CopyOut(ctx, r.volume(svc, c), c.To); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %w", ErrCopyOut, err))
 		}
@@ -482,6 +484,18 @@ func volumeUppers(project *types.Project) map[string]string {
 				out[key] = dir
 			}
 		}
+	}
+	return out
+}
+
+// copiesOf are the copies a copy changeset makes, as the extension says.
+func copiesOf(ext generator.Extension) []backend.VolumeCopy {
+	if ext.Changeset == nil {
+		return nil
+	}
+	var out []backend.VolumeCopy
+	for _, c := range ext.Changeset.Copies {
+		out = append(out, backend.VolumeCopy{Volume: c.Volume, From: c.In, To: c.Out})
 	}
 	return out
 }

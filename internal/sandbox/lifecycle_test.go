@@ -89,7 +89,7 @@ func TestRunExitCodes(t *testing.T) {
 				}
 				return "", false
 			}
-			out := runOn(t, f, &fakeSignals{}, p, RunOptions{Copies: copies, LookupEnv: lookup})
+			out := runOn(t, f, &fakeSignals{}, withExtension(p, copies, 0), RunOptions{LookupEnv: lookup})
 			if out.code != want || out.err != nil {
 				t.Fatalf("Run = %d, %v; want %d, nil", out.code, out.err, want)
 			}
@@ -164,7 +164,7 @@ func TestRunSignalBeforeStart(t *testing.T) {
 			svc := p.Services[generator.Service]
 			svc.Build = &types.BuildConfig{Context: "."}
 			p.Services[generator.Service] = svc
-			out := runOn(t, f, sigs, p, RunOptions{Copies: copies, Build: tc.step == "Build"})
+			out := runOn(t, f, sigs, withExtension(p, copies, 0), RunOptions{Build: tc.step == "Build"})
 			if out.code != 128+int(tc.sig) || !errors.Is(out.err, ErrInterrupted) {
 				t.Fatalf("Run = %d, %v; want %d, interrupted", out.code, out.err, 128+int(tc.sig))
 			}
@@ -206,7 +206,7 @@ func TestRunSignalWhileCreated(t *testing.T) {
 				t.Error("the container started after the signal")
 				return 0, nil
 			}
-			out := runOn(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
+			out := runOn(t, f, sigs, withExtension(testProject(false), copies, 0), RunOptions{ImageChecked: true})
 			if out.code != 143 || !errors.Is(out.err, ErrInterrupted) || !strings.Contains(out.err.Error(), "while starting") {
 				t.Fatalf("Run = %d, %v; want 143, interrupted while starting", out.code, out.err)
 			}
@@ -236,7 +236,7 @@ func TestRunSignalWhileRunning(t *testing.T) {
 		}
 		return 130, nil // what the command made of SIGINT
 	}
-	out := runOn(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
+	out := runOn(t, f, sigs, withExtension(testProject(false), copies, 0), RunOptions{ImageChecked: true})
 	if out.code != 130 || out.err != nil {
 		t.Fatalf("Run = %d, %v; want 130, nil", out.code, out.err)
 	}
@@ -297,7 +297,7 @@ func TestRunRearmsSignals(t *testing.T) {
 		}
 		return nil
 	}
-	out := runOn(t, f, sigs, testProject(false), RunOptions{Copies: copies, ImageChecked: true})
+	out := runOn(t, f, sigs, withExtension(testProject(false), copies, 0), RunOptions{ImageChecked: true})
 	if out.code != 0 || out.err != nil {
 		t.Fatalf("Run = %d, %v", out.code, out.err)
 	}
@@ -321,7 +321,7 @@ func TestRunTimeout(t *testing.T) {
 				}
 			}
 			f.on["CopyOut"] = func(context.Context) error { return copyErr }
-			out := runOn(t, f, &fakeSignals{}, testProject(false), RunOptions{Copies: copies, ImageChecked: true, Timeout: 100 * time.Millisecond})
+			out := runOn(t, f, &fakeSignals{}, withExtension(testProject(false), copies, 100*time.Millisecond), RunOptions{ImageChecked: true})
 			if d := time.Since(start); d < 100*time.Millisecond {
 				t.Errorf("stopped after %s, before its timeout", d)
 			}
@@ -413,8 +413,8 @@ func TestRunErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f, p := newFake(t), testProject(true)
-			o := RunOptions{Copies: copies}
+			f, p := newFake(t), withExtension(testProject(true), copies, 0)
+			o := RunOptions{}
 			tc.setup(f, p, &o)
 			out := runOn(t, f, &fakeSignals{}, p, o)
 			if out.err == nil || out.err.Error() != tc.want || !errors.Is(out.err, tc.is) {
@@ -476,7 +476,7 @@ func TestRunDiskCap(t *testing.T) {
 			return 0, nil
 		}
 	}
-	out := runOn(t, f, &fakeSignals{}, withDiskCap(testProject(false), 1<<20), RunOptions{Copies: copies, ImageChecked: true})
+	out := runOn(t, f, &fakeSignals{}, withExtension(withDiskCap(testProject(false), 1<<20), copies, 0), RunOptions{ImageChecked: true})
 	var over *backend.DiskCapError
 	if out.code != backend.ExitDiskCap || !errors.As(out.err, &over) || over.Where != backend.PlaceWorkspace {
 		t.Fatalf("Run = %d, %v; want 122 and the disk cap's error", out.code, out.err)

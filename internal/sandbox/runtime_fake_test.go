@@ -324,3 +324,21 @@ func withDiskCap(p *types.Project, limit int64) *types.Project {
 }
 
 func ptr(s string) *string { return &s }
+
+// withExtension says, in the project's extension, the copies of a copy
+// changeset and the timeout (what the launch reads back from the project).
+func withExtension(p *types.Project, copies []backend.VolumeCopy, timeout time.Duration) *types.Project {
+	ext, _ := generator.ReadExtension(p) // a project without one: the zero extension
+	ext.Timeout = timeout
+	if len(copies) > 0 {
+		cs := &generator.ExtensionChangeset{ID: "test", Mode: generator.ChangesetCopy}
+		for _, c := range copies {
+			cs.Copies = append(cs.Copies, generator.VolumeCopy{Volume: c.Volume, In: c.From, Out: c.To})
+		}
+		ext.Changeset = cs
+	}
+	svc := p.Services[generator.Service]
+	ext.Set(&svc)
+	p.Services[generator.Service] = svc
+	return p
+}
