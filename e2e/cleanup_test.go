@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -555,4 +556,43 @@ func (h *cleanupTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		h.hold(r)
 	}
 	return resp, err
+}
+
+// TestRenderNamesTheRun: render names the project exactly as run starts it;
+// a second sandbox of the workspace, while the first runs, takes NAME-2
+// (and both are removed when they end).
+func TestRenderNamesTheRun(t *testing.T) {
+	s := newSandbox(t)
+	p := s.Profile("network: {mode: none}\n")
+	r := s.Run("", "render", "-p", p)
+	if r.Code != 0 {
+		t.Fatalf("render failed:\n%s", r)
+	}
+	var name string
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		if v, ok := strings.CutPrefix(line, "name: "); ok {
+			name = v
+		}
+	}
+	if name == "" {
+		t.Fatalf("render printed no project name:\n%s", r)
+	}
+	first := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
+	first.waitStdout(t, "ready", time.Minute)
+	second := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
+	second.waitStdout(t, "ready", time.Minute)
+	projects := cleanupProjects(t, s)
+	slices.Sort(projects)
+	if want := []string{name, name + "-2"}; !slices.Equal(projects, want) {
+		t.Errorf("running sandboxes are %v, want %v (render's name, then the next)", projects, want)
+	}
+	for _, l := range []*cleanupProc{first, second} {
+		l.signal(t, syscall.SIGTERM)
+		if r := l.wait(t, time.Minute); r.Code != 143 {
+			t.Errorf("want exit 143 after SIGTERM:\n%s", r)
+		}
+	}
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
 }
