@@ -110,7 +110,7 @@ func (l *launch) gatewayImage(ctx context.Context, eng *engine.Engine, image str
 	if err != nil {
 		return gatewayError{err}
 	}
-	return eng.BuildContext(ctx, image, bctx)
+	return eng.BuildImage(ctx, image, bctx)
 }
 
 // writeResolvConf writes the resolv.conf that points a sandbox at its
