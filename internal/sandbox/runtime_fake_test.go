@@ -258,6 +258,14 @@ func (f *fakeRuntime) Remove(ctx context.Context, project string, launcher int) 
 	f.mu.Unlock()
 	err := f.step(ctx, "Remove", project, launcher)
 	f.setState("removed")
+	if err == nil {
+		// What is removed is no longer listed.
+		f.mu.Lock()
+		f.sandboxes = slices.DeleteFunc(f.sandboxes, func(s backend.Sandbox) bool {
+			return s.Project == project && (launcher == 0 || s.PID == launcher)
+		})
+		f.mu.Unlock()
+	}
 	return err
 }
 
@@ -265,6 +273,8 @@ func (f *fakeRuntime) List(ctx context.Context) ([]backend.Sandbox, error) {
 	if err := f.step(ctx, "List"); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return slices.Clone(f.sandboxes), nil
 }
 
