@@ -112,7 +112,8 @@ type Runtime interface {
 // a caller asks these, never which product the engine is.
 type Facts struct {
 	// Kind is "docker" or "podman", as the engine itself says: for
-	// messages, not for branching.
+	// messages and the SSH agent's forwarding (which differs by product on
+	// macOS), not for branching on what the engine does.
 	Kind string
 	// Host is where the engine listens: unix:///var/run/docker.sock,
 	// tcp://...
