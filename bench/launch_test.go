@@ -49,14 +49,26 @@ func TestLaunchRatio(t *testing.T) {
 	n := benchRounds(t, "launch benchmark", "about a second per launch, 2*(N+3) launches", defaultN)
 	a := newArms(t)
 	a.warm(t)
-	var propio, docker []time.Duration
+	// Another build of the launcher (one from before a change), interleaved
+	// with the other two: the launch is no worse when this ratio is not
+	// above 1 beyond the noise.
+	base := os.Getenv("PROPIO_BENCH_BASE_LAUNCHER")
+	var propio, docker, baseline []time.Duration
 	for range n {
 		propio = append(propio, a.propio(t))
 		docker = append(docker, a.docker(t))
+		if base != "" {
+			baseline = append(baseline, launch(t, a.workspace, a.env, base, "run", "-p", a.profile, "--", "exit", "0"))
+		}
 	}
 	a.checkNothingLeft(t)
 	r := report{propio: propio, docker: docker}
 	t.Logf("\n%s", r)
+	if base != "" {
+		t.Logf("PROPIO_BENCH_BASE_LAUNCHER %s: median %.0fms, %.3fx docker run; this launcher / it: medians %.3fx, means %.3fx",
+			base, ms(median(baseline)), float64(median(baseline))/float64(median(docker)),
+			float64(median(propio))/float64(median(baseline)), float64(mean(propio))/float64(mean(baseline)))
+	}
 	if ratio := r.ratio(); ratio > Target {
 		t.Errorf("propio-sandbox launches in %.2fx the time of docker run (median), over the target %.2fx", ratio, Target)
 	}

@@ -137,17 +137,17 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 
 	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, decisionlog.FileName(o.Project)), "--profile", egressSource(p)}
 	for _, r := range p.Network.Allow {
-		command = append(command, "--allow", r)
+		command = append(command, "--allow", r.Text)
 	}
 	if len(p.Network.Deny) > 0 {
 		pos := p.Pos("network", "deny")
 		command = append(command, "--deny-at", pos.File+":"+strconv.Itoa(pos.Line))
 	}
 	for _, r := range p.Network.Deny {
-		command = append(command, "--deny", r)
+		command = append(command, "--deny", r.Text)
 	}
-	if p.Network.Bandwidth != "" {
-		command = append(command, "--bandwidth", p.Network.Bandwidth)
+	if p.Network.Bandwidth.IsSet() {
+		command = append(command, "--bandwidth", p.Network.Bandwidth.Text)
 	}
 	g := types.ServiceConfig{Name: GatewayService}
 	g.Image = image
@@ -225,7 +225,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 // enforces, and not on an engine where it relays in user space only
 // (EngineFacts.UserSpaceGateway).
 func kernelForwarding(p *profile.Profile, h Host) bool {
-	return p.Network.Bandwidth == "" && !h.Engine.UserSpaceGateway
+	return !p.Network.Bandwidth.IsSet() && !h.Engine.UserSpaceGateway
 }
 
 // ResolvConfName is the file, in Host.ResolvDir, that points a sandbox's DNS

@@ -113,7 +113,7 @@ func printable(s string) string {
 func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.Result, error) {
 	f := a.preflight(e, p, build)
 	f.ChangesetMode = sandbox.DoctorChangesetMode(e.sandbox())
-	defer f.Conn.Close()
+	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
 	ctx := context.Background()
 	results := preflight.RunAll(ctx, f.Checks())
 	if len(p.Checks) == 0 {

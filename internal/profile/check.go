@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/docker/go-units"
-	"github.com/propio/propio-sandbox/internal/egress"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -388,15 +387,15 @@ func (p *Profile) Check() error {
 // declared check may not take (internal/preflight defines them).
 var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "ssh-agent", "engine", "image", "runtime", "disk"}
 
-// checkEgress checks the allowlist rules and the bandwidth cap, each error at
-// the rule that has it.
+// checkEgress reports the allowlist rules and the bandwidth cap that did
+// not parse when the profile was decoded, each error at the rule that has it.
 func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 	n := p.Network
 	if n.Mode != "allowlist" {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"bandwidth", n.Bandwidth != ""}} {
+		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"bandwidth", n.Bandwidth.IsSet()}} {
 			if f.set {
 				add(fmt.Sprintf("applies only to network.mode allowlist, and the mode is %s", n.Mode),
 					"set network.mode: allowlist, or remove network."+f.name, "network", f.name)
@@ -406,19 +405,17 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 	}
 	for _, list := range []struct {
 		name  string
-		rules []string
+		rules []Rule
 	}{{"allow", n.Allow}, {"deny", n.Deny}} {
 		for i, r := range list.rules {
-			if _, err := egress.ParseRule(r); err != nil {
+			if err := r.problem(); err != nil {
 				add(err.Error(), "write a name (api.example.com), *.name for its subdomains, or an address; add :port for a port other than 80 and 443",
 					"network", list.name, strconv.Itoa(i))
 			}
 		}
 	}
-	if n.Bandwidth != "" {
-		if _, err := egress.ParseBandwidth(n.Bandwidth); err != nil {
-			add(err.Error(), "", "network", "bandwidth")
-		}
+	if n.Bandwidth.err != nil {
+		add(n.Bandwidth.err.Error(), "", "network", "bandwidth")
 	}
 }
 

@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 		"network: {mode: open}\nports: ['65536', '1-2:3-4']\n", "env: {pass: ['*'], required: [A]}\n",
 		"mounts: [{source: '${X}', target: /a}, {source: ./a, target: /a}]\n", "---\n---\n",
 		"workspace: {hide: ['[', '../x'], readonly: ['a/**']}\n", "command: ['$$', '${HOME}', '$']\n",
+		"network: {mode: allowlist, allow: [~, '*.com', 'a.test:22', 1], deny: [[x]], bandwidth: 10mb}\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -131,11 +131,12 @@ type Network struct {
 	Mode        string `yaml:"mode,omitempty"`
 	HostGateway *bool  `yaml:"host_gateway,omitempty"`
 	// Allow and Deny are the egress rules of mode allowlist (see
-	// internal/egress for their syntax); deny wins over allow.
-	Allow []string `yaml:"allow,omitempty"`
-	Deny  []string `yaml:"deny,omitempty"`
+	// internal/egress for their syntax), parsed once when the profile is
+	// decoded; deny wins over allow.
+	Allow []Rule `yaml:"allow,omitempty"`
+	Deny  []Rule `yaml:"deny,omitempty"`
 	// Bandwidth caps the allowlist gateway's throughput, as 10mbit.
-	Bandwidth string `yaml:"bandwidth,omitempty"`
+	Bandwidth Bandwidth `yaml:"bandwidth,omitempty"`
 }
 
 // Resources are the sandbox's limits. Sizes and the timeout are parsed

@@ -105,3 +105,77 @@ func TestParseUser(t *testing.T) {
 		}
 	}
 }
+
+// Egress rules and the bandwidth cap are parsed once, when the profile is
+// decoded: the resolved profile holds the parsed rules (extends lists
+// merged), each with its text as written, and shows them as written.
+func TestTypedEgress(t *testing.T) {
+	t.Parallel()
+	p, _ := resolve(t, map[string]string{
+		"base.yaml": "image: a\nnetwork:\n  mode: allowlist\n  allow: [API.Example.test]\n",
+		"p.yaml": `extends: ./base.yaml
+network:
+  allow: ["*.cdn.test", "git.test:22", "[2001:db8::1]:443"]
+  deny: [203.0.113.7]
+  bandwidth: 1.5mbit
+`}, "p.yaml")
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+	n := p.Network
+	var texts []string
+	for _, r := range n.Allow {
+		texts = append(texts, r.String())
+	}
+	if want := "API.Example.test *.cdn.test git.test:22 [2001:db8::1]:443"; strings.Join(texts, " ") != want {
+		t.Errorf("allow %q, want %q", texts, want)
+	}
+	if len(n.Allow) == 4 {
+		a := n.Allow
+		if a[0].Host != "api.example.test" || a[0].Wildcard || a[0].Port != 0 {
+			t.Errorf("allow[0] %+v", a[0].Rule)
+		}
+		if a[1].Host != "cdn.test" || !a[1].Wildcard {
+			t.Errorf("allow[1] %+v", a[1].Rule)
+		}
+		if a[2].Host != "git.test" || a[2].Port != 22 {
+			t.Errorf("allow[2] %+v", a[2].Rule)
+		}
+		if a[3].Addr.String() != "2001:db8::1" || a[3].Port != 443 || a[3].Host != "" {
+			t.Errorf("allow[3] %+v", a[3].Rule)
+		}
+	}
+	if len(n.Deny) != 1 || n.Deny[0].Addr.String() != "203.0.113.7" || n.Deny[0].Text != "203.0.113.7" {
+		t.Errorf("deny %+v", n.Deny)
+	}
+	if !n.Bandwidth.IsSet() || n.Bandwidth.BytesPerSecond != 187_500 || n.Bandwidth.String() != "1.5mbit" {
+		t.Errorf("bandwidth %+v", n.Bandwidth)
+	}
+	out, err := p.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"- API.Example.test\n", "- '*.cdn.test'\n", "- git.test:22\n", "- '[2001:db8::1]:443'\n", "- 203.0.113.7\n", "bandwidth: 1.5mbit\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("shown profile lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A rule or rate that does not parse is kept with its error, which Check
+// reports; no cap is the zero value.
+func TestParseEgress(t *testing.T) {
+	t.Parallel()
+	if r, err := profile.ParseRule("*.com"); err == nil || r.Text != "*.com" {
+		t.Errorf("*.com: %+v, %v", r, err)
+	}
+	if b, err := profile.ParseBandwidth(""); err != nil || b.IsSet() || b.BytesPerSecond != 0 {
+		t.Errorf("no cap: %+v, %v", b, err)
+	}
+	if b, err := profile.ParseBandwidth("10mb"); err == nil || b.Text != "10mb" || !b.IsSet() {
+		t.Errorf("10mb: %+v, %v", b, err)
+	}
+	if b, err := profile.ParseBandwidth("8kbit"); err != nil || b.BytesPerSecond != 1000 {
+		t.Errorf("8kbit: %+v, %v", b, err)
+	}
+}

@@ -84,7 +84,7 @@ type launch struct {
 func (l *Launch) Run(ctx context.Context) (int, error) {
 	// Nothing is created before every check has passed.
 	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint}
-	defer f.Conn.Close()
+	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
 	if err := f.Run(ctx); err != nil {
 		return 0, err
 	}
