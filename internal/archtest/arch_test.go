@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -151,6 +152,40 @@ func TestLayering(t *testing.T) {
 		for _, dep := range p.Deps {
 			if dep == module+"/internal/cli" {
 				t.Errorf("%s imports the CLI; only cmd/propio-sandbox may", path)
+			}
+		}
+	}
+}
+
+// TestEngineBehindTheRuntime: a launch drives its engine through
+// backend.Runtime. Within internal/sandbox only connect.go, where a launch
+// connects (and another backend would plug in), knows internal/engine;
+// outside it only the built-in checks of internal/preflight, which read the
+// engine's info, import it.
+func TestEngineBehindTheRuntime(t *testing.T) {
+	const eng = module + "/internal/engine"
+	mayImport := map[string]bool{eng: true, module + "/internal/sandbox": true, module + "/internal/preflight": true}
+	for path, p := range list(t) {
+		if !mayImport[path] && slices.Contains(p.Imports, eng) {
+			t.Errorf("%s imports internal/engine; a launch drives the engine through backend.Runtime (internal/sandbox connects it)", path)
+		}
+	}
+	files, err := filepath.Glob("../sandbox/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files of internal/sandbox: %v", err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "connect.go" {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			if strings.Trim(imp.Path.Value, `"`) == eng {
+				t.Errorf("%s imports internal/engine; the launch works over backend.Runtime, and only connect.go makes the engine", f)
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -35,6 +37,18 @@ type Runtime interface {
 	// Build builds the image of the project's service from its build
 	// section.
 	Build(ctx context.Context, project *types.Project, service string) error
+	// BuildImage builds the image tag from a build context: a tar stream
+	// with a Dockerfile at its root and everything the image needs (the
+	// build has no network). The allowlist gateway's image is made so.
+	BuildImage(ctx context.Context, tag string, buildContext io.Reader) error
+
+	// UsedSubnets lists the subnets the engine's networks take, so that a
+	// sandbox's network can be numbered apart from them.
+	UsedSubnets(ctx context.Context) ([]netip.Prefix, error)
+	// PathExists reports whether path exists where the engine runs
+	// containers (in its VM, when it runs in one), looking through a
+	// container of image that it never starts.
+	PathExists(ctx context.Context, image, path string) (bool, error)
 
 	// CreateVolumes creates the project's own volumes (not its external
 	// ones) with their labels, marks them external in project, so that Run
@@ -47,6 +61,14 @@ type Runtime interface {
 	// CopyOut replaces the host directory to with the volume's content, all
 	// or nothing.
 	CopyOut(ctx context.Context, v Volume, to string) error
+	// OverlayCapable tells whether the engine can mount an overlay of a
+	// directory of this host for a sandbox (a changeset's volume), and how;
+	// when it cannot, Overlay says why.
+	OverlayCapable(ctx context.Context) (Overlay, error)
+	// ReleaseChangeset makes sure that no sandbox writes to the changeset
+	// id (to the volumes labelled with it) before another run resumes it: the sandboxes of launchers that are gone are removed; one
+	// of a live launcher is an error wrapping ErrChangesetInUse.
+	ReleaseChangeset(ctx context.Context, id string) error
 
 	// PlanDisk says how the disk cap of the project's service holds on this
 	// engine: what the engine enforces (a storage option the launch sets on
@@ -64,6 +86,10 @@ type Runtime interface {
 	// Errors it returns wrap ErrStorageOptRefused or ErrSubnetTaken when
 	// that is what went wrong.
 	Run(ctx context.Context, project *types.Project, o RunSpec) (code int, err error)
+	// Exec runs a command in the running container of the project's
+	// service, as `docker compose exec` does, and returns its exit code (an
+	// exit code above zero is not an error).
+	Exec(ctx context.Context, project string, o ExecSpec) (code int, err error)
 	// Kill kills the project's running containers at once.
 	Kill(ctx context.Context, project string) error
 	// StopUnstarted stops a sandbox that is not running yet: when none of
@@ -86,7 +112,8 @@ type Runtime interface {
 // a caller asks these, never which product the engine is.
 type Facts struct {
 	// Kind is "docker" or "podman", as the engine itself says: for
-	// messages, not for branching.
+	// messages and the SSH agent's forwarding (which differs by product on
+	// macOS), not for branching on what the engine does.
 	Kind string
 	// Host is where the engine listens: unix:///var/run/docker.sock,
 	// tcp://...
@@ -146,16 +173,52 @@ type VolumeCopy struct {
 	To     string // the host directory the volume's final content replaces, after the run
 }
 
+// Streams are what a command in a sandbox reads and writes instead of the
+// launcher's streams (those the Runtime was connected with): a nil one is
+// the launcher's.
+type Streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
 // RunSpec says how Run runs the one-off container.
 type RunSpec struct {
 	// Service is the project's service to run.
 	Service string
 	// TTY allocates a terminal; Interactive attaches the launcher's stdin.
 	TTY, Interactive bool
+	// Streams, where set, take the place of the launcher's: the
+	// container's output and what the Runtime says while it starts it go
+	// there (a declared check's output is kept, not shown).
+	Streams Streams
 	// NotRunning, when set, is called when a signal the Runtime forwarded
 	// found the container not running yet (created, not started): the
 	// signal is lost on it, and the launch must stop the start itself.
 	NotRunning func(os.Signal)
+}
+
+// ExecSpec says how Exec runs a command.
+type ExecSpec struct {
+	// Service is the project's service whose container runs the command.
+	Service string
+	// Command is the command and its arguments.
+	Command []string
+	// TTY allocates a terminal (the launcher's: Streams.In and Streams.Out
+	// nil); Interactive attaches the command's stdin.
+	TTY, Interactive bool
+	// Streams, where set, take the place of the launcher's.
+	Streams Streams
+}
+
+// Overlay says whether an engine can mount an overlay of a directory of
+// this host for a sandbox, and how.
+type Overlay struct {
+	OK  bool
+	Why string // why not, when not
+	// UserXattr: mount it with the userxattr option (Linux 5.11 and newer),
+	// so that its marks (opaque directories) are user.overlay.* attributes,
+	// which a launcher that is not root can read; trusted.* ones it cannot.
+	UserXattr bool
 }
 
 // DiskRequest asks how a disk cap holds for one service.
@@ -242,6 +305,9 @@ var (
 	// ErrSubnetTaken: the sandbox network's subnet was taken by another
 	// network between choosing it and creating it.
 	ErrSubnetTaken = errors.New("the sandbox network's subnet is taken")
+	// ErrChangesetInUse: a running sandbox of a live launcher writes to the
+	// changeset.
+	ErrChangesetInUse = errors.New("the changeset is in use")
 )
 
 // LauncherAlive reports whether the launcher pid still runs on this host.

@@ -33,14 +33,7 @@ type VolumeCopy = backend.VolumeCopy
 
 // Overlay says whether the engine can mount an overlay of a directory of
 // this host for a sandbox, and how.
-type Overlay struct {
-	OK  bool
-	Why string // why not, when not
-	// UserXattr: mount it with the userxattr option (Linux 5.11 and newer),
-	// so that its marks (opaque directories) are user.overlay.* attributes,
-	// which a launcher that is not root can read; trusted.* ones it cannot.
-	UserXattr bool
-}
+type Overlay = backend.Overlay
 
 // OverlayCapable tells whether the engine can mount an overlay of a
 // directory of this host (a local volume of type overlay): it must run on
@@ -423,7 +416,7 @@ var geteuid = os.Geteuid
 
 // ErrChangesetInUse: a running sandbox of a live launcher writes to the
 // changeset.
-var ErrChangesetInUse = errors.New("the changeset is in use")
+var ErrChangesetInUse = backend.ErrChangesetInUse
 
 // ReleaseChangeset makes sure that no sandbox writes to changeset id before
 // another run resumes it: the sandboxes of launchers that are gone (killed,

@@ -24,10 +24,10 @@ func (e *Engine) HasImage(ctx context.Context, ref string) (bool, error) {
 	return true, nil
 }
 
-// BuildContext builds the image tag from a build context (a tar stream with
+// BuildImage builds the image tag from a build context (a tar stream with
 // a Dockerfile at its root), with the classic builder and no network: the
 // context must hold everything the image needs.
-func (e *Engine) BuildContext(ctx context.Context, tag string, buildContext io.Reader) error {
+func (e *Engine) BuildImage(ctx context.Context, tag string, buildContext io.Reader) error {
 	res, err := e.cli.Client().ImageBuild(ctx, buildContext, client.ImageBuildOptions{
 		Tags:        []string{tag},
 		Remove:      true,

@@ -2,12 +2,15 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
 
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/docker/cli/cli"
 	"github.com/docker/compose/v5/pkg/api"
+	"github.com/docker/compose/v5/pkg/compose"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	mobysignal "github.com/moby/sys/signal"
@@ -36,6 +39,10 @@ const (
 // handling (raw mode, resizes, detach keys) between the start and the
 // attach, so this Runtime does not split it.
 func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunSpec) (int, error) {
+	svc, err := e.composeFor(o.Streams)
+	if err != nil {
+		return 0, err
+	}
 	project = withComposeLabels(project)
 	if o.NotRunning != nil {
 		e.api.onNotRunning(func(sig string) {
@@ -47,7 +54,7 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 		})
 		defer e.api.onNotRunning(nil)
 	}
-	code, err := e.compose.RunOneOffContainer(ctx, project, api.RunOptions{
+	code, err := svc.RunOneOffContainer(ctx, project, api.RunOptions{
 		Project: project,
 		Service: o.Service,
 		// Podman before 4.6 reports exit code 0 to a wait for removal
@@ -59,6 +66,46 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 		NoDeps: len(project.Services) == 1,
 	})
 	return code, runError(err, len(project.Services[o.Service].StorageOpt) > 0)
+}
+
+// Exec runs a command in the running container of the project's service
+// (the sandbox's one-off container too), through the Compose SDK's Exec, as
+// `docker compose exec` does: attached to o.Streams, or the launcher's.
+// The command's exit code, whatever it is, is no error.
+func (e *Engine) Exec(ctx context.Context, project string, o backend.ExecSpec) (int, error) {
+	svc, err := e.composeFor(o.Streams)
+	if err != nil {
+		return 0, err
+	}
+	code, err := svc.Exec(ctx, project, api.RunOptions{
+		Service:     o.Service,
+		Command:     o.Command,
+		Tty:         o.TTY,
+		Interactive: o.Interactive,
+	})
+	var status cli.StatusError
+	if errors.As(err, &status) && status.StatusCode > 0 {
+		// The SDK says an exit code above zero as an error.
+		return status.StatusCode, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("running %v in %s's %s: %w", o.Command, project, o.Service, err)
+	}
+	return code, nil
+}
+
+// composeFor is the Compose service that attaches what it runs to s: the
+// connection's, or, when s sets a stream, one over the same client with
+// s's streams in place of the launcher's.
+func (e *Engine) composeFor(s backend.Streams) (api.Compose, error) {
+	if s.In == nil && s.Out == nil && s.Err == nil {
+		return e.compose, nil
+	}
+	svc, err := compose.NewComposeService(e.cli, compose.WithStreams(s.Out, s.Err, s.In))
+	if err != nil {
+		return nil, fmt.Errorf("setting up compose: %w", err)
+	}
+	return svc, nil
 }
 
 // runError says which of the backend's sentinels the SDK's error is, if

@@ -36,5 +36,5 @@ func (b *Build) Context() string { return b.project.Services[generator.Service].
 // Run builds the image on the engine, showing progress on the streams it
 // was connected with.
 func (b *Build) Run(ctx context.Context, c *Conn) error {
-	return c.Engine.Build(ctx, b.project, generator.Service)
+	return c.Runtime.Build(ctx, b.project, generator.Service)
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/propio/propio-sandbox/internal/backend"
 	cslaunch "github.com/propio/propio-sandbox/internal/changeset/launch"
-	"github.com/propio/propio-sandbox/internal/engine"
 )
 
 // changeset prepares the changeset the sandbox writes to, when the profile
@@ -19,7 +19,7 @@ func (s *launch) changeset(ctx context.Context) (*cslaunch.Changeset, error) {
 		// writes to the changeset, as gc does: not both at once.
 		<-s.gcDone
 	}
-	cs, err := cslaunch.Prepare(ctx, changesetEngine{s.eng}, s.Profile, s.Env.Workspace, s.Resume, s.Streams.Err)
+	cs, err := cslaunch.Prepare(ctx, changesetEngine{s.rt}, s.Profile, s.Env.Workspace, s.Resume, s.Streams.Err)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func DoctorChangesetMode(e Env) func(context.Context, *Conn) (string, string) {
 		if err != nil {
 			return "", ""
 		}
-		ov, err := c.Engine.OverlayCapable(ctx)
+		ov, err := c.Runtime.OverlayCapable(ctx)
 		if err != nil {
 			return "", ""
 		}
@@ -72,22 +72,22 @@ func DoctorChangesetMode(e Env) func(context.Context, *Conn) (string, string) {
 }
 
 // changesetEngine is the engine as a changeset's launch sees it.
-type changesetEngine struct{ eng *engine.Engine }
+type changesetEngine struct{ rt backend.Runtime }
 
 func (e changesetEngine) OverlayCapable(ctx context.Context) (cslaunch.Overlay, error) {
-	ov, err := e.eng.OverlayCapable(ctx)
+	ov, err := e.rt.OverlayCapable(ctx)
 	return cslaunch.Overlay(ov), err
 }
 
 func (e changesetEngine) ReleaseChangeset(ctx context.Context, id string) error {
-	err := e.eng.ReleaseChangeset(ctx, id)
-	if errors.Is(err, engine.ErrChangesetInUse) {
+	err := e.rt.ReleaseChangeset(ctx, id)
+	if errors.Is(err, backend.ErrChangesetInUse) {
 		return changesetInUse{err}
 	}
 	return err
 }
 
-// changesetInUse is the engine's ErrChangesetInUse as launch knows it, its
+// changesetInUse is the runtime's ErrChangesetInUse as launch knows it, its
 // message as it is.
 type changesetInUse struct{ error }
 

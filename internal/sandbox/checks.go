@@ -10,7 +10,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
-	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
@@ -69,26 +69,23 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
 		return preflight.Result{Name: c.Name, Reason: "not run: network.mode allowlist does not run on Podman yet", Hints: []string{"use Docker for this profile (--engine docker)"}}
 	}
-	var out bytes.Buffer
-	capture, err := engine.Connect(ctx, s.eng.Host, engine.Streams{Out: &out, Err: &out})
-	if err != nil {
-		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}
-	}
-	defer capture.Close()
 	o := s.opts
 	o.Project = generator.ProjectName(s.Env.Workspace, "check-"+runID())
 	o.Command = c.Run
 	o.Timeout = timeout
 	var project *types.Project
+	var err error
 	if s.Profile.Network.Mode == "allowlist" {
-		project, err = s.prepareGateway(ctx, capture, o, s.adjustAll)
+		project, err = s.prepareGateway(ctx, o, s.adjustAll)
 	} else {
 		project, err = s.plan.Generate(o, s.adjustAll)
 	}
 	if err != nil {
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}
 	}
-	code, err := Run(ctx, capture, project, RunOptions{ImageChecked: true})
+	// Its output (and what the engine says while starting it) is kept.
+	var out bytes.Buffer
+	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}})
 	switch {
 	case errors.Is(err, ErrTimeout):
 		return preflight.Result{Name: c.Name, Reason: fmt.Sprintf("%v did not finish within %s%s", c.Run, timeout, tail(out.String())), Hints: hints}

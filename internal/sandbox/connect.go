@@ -6,8 +6,16 @@ import (
 	"io"
 	"os"
 
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/preflight"
 )
+
+// This file is where a launch meets the engines it can run on: it finds
+// and connects to one (Docker or Podman, through internal/engine), and
+// hands the rest of the launch a backend.Runtime. Nothing else in the
+// package knows the engine package; another backend connects here.
 
 // Streams are the launcher's terminal or pipes, which the sandbox's
 // command is attached to.
@@ -18,10 +26,14 @@ type Streams struct {
 
 // Conn is a connection to the engine a launch runs on.
 type Conn struct {
-	Engine *engine.Engine
+	// Runtime is the engine, as a launch drives it.
+	Runtime backend.Runtime
 	// Host is where the engine was found: unix:///... or what DOCKER_HOST says.
 	Host string
-	stop func() error
+	// checks is what the built-in checks ask the engine (its info, an
+	// image's architecture).
+	checks preflight.EngineConn
+	close  func()
 }
 
 // EngineError is a failure to find or reach an engine, with the kind of
@@ -33,6 +45,22 @@ type EngineError struct {
 
 func (e *EngineError) Error() string { return e.Err.Error() }
 func (e *EngineError) Unwrap() error { return e.Err }
+
+// The engine's sentinels, for the command line to say what to do about
+// them.
+var (
+	ErrEngineMissing    = engine.ErrEngineMissing
+	ErrEngineNotRunning = engine.ErrEngineNotRunning
+	ErrPermission       = engine.ErrPermission
+	ErrEngineTooOld     = engine.ErrEngineTooOld
+)
+
+// The engines a launch may ask for.
+const (
+	Auto   = engine.Auto
+	Docker = engine.Docker
+	Podman = engine.Podman
+)
 
 // Connect reaches the engine want names (auto, docker, podman; "" for
 // auto), starting a Podman API service for the launch when Podman's does
@@ -56,20 +84,19 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 		}
 		return nil, &EngineError{Kind: loc.Kind, Err: err}
 	}
-	return &Conn{Engine: eng, Host: loc.Host, stop: loc.Stop}, nil
+	return &Conn{Runtime: eng, Host: loc.Host, checks: eng, close: func() {
+		eng.Close()
+		if loc.Stop != nil {
+			loc.Stop()
+		}
+	}}, nil
 }
 
 // Close releases the connection and stops a Podman API service started for
 // it; safe on a nil Conn.
 func (c *Conn) Close() {
-	if c == nil {
-		return
-	}
-	if c.Engine != nil {
-		c.Engine.Close()
-	}
-	if c.stop != nil {
-		c.stop()
+	if c != nil && c.close != nil {
+		c.close()
 	}
 }
 
@@ -84,3 +111,12 @@ func With(want string, s Streams, fn func(context.Context, *Conn) error) error {
 	defer c.Close()
 	return fn(ctx, c)
 }
+
+// EngineFactsOf are the engine facts of an engine of kind (Auto is taken
+// for Docker), for a render, which asks no engine: a rootless Podman's
+// keep-id is known only to a launch.
+func EngineFactsOf(kind string) generator.EngineFacts { return hostFacts(engine.FactsOf(kind, false)) }
+
+// engineSockets are the paths an engine's socket may have on this host,
+// which a mount must not hand the sandbox.
+func engineSockets(home string) []string { return engine.Sockets(os.Getenv, home) }

@@ -14,8 +14,7 @@ import (
 	"errors"
 	"os"
 
-	"github.com/propio/propio-sandbox/generator"
-	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
@@ -67,7 +66,7 @@ func (e Env) GrantHost(extra ...string) profile.GrantHost {
 		Home:       home,
 		Workspace:  e.Workspace,
 		PropioHome: hostinfo.PropioHome(),
-		Sockets:    append(engine.Sockets(os.Getenv, home), extra...),
+		Sockets:    append(engineSockets(home), extra...),
 		Resolve:    fsutil.Resolve,
 		SameFile:   sameFile,
 	}
@@ -79,34 +78,13 @@ func sameFile(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-// The engine's sentinels, for the command line to say what to do about
-// them.
-var (
-	ErrEngineMissing    = engine.ErrEngineMissing
-	ErrEngineNotRunning = engine.ErrEngineNotRunning
-	ErrPermission       = engine.ErrPermission
-	ErrEngineTooOld     = engine.ErrEngineTooOld
-)
-
-// The engines a launch may ask for.
-const (
-	Auto   = engine.Auto
-	Docker = engine.Docker
-	Podman = engine.Podman
-)
-
-// EngineFactsOf are the engine facts of an engine of kind (Auto is taken
-// for Docker), for a render, which asks no engine: a rootless Podman's
-// keep-id is known only to a launch.
-func EngineFactsOf(kind string) generator.EngineFacts { return hostFacts(engine.FactsOf(kind, false)) }
-
 var errNoEngine = errors.New("not connected to an engine")
 
 // DiskCapError: the sandbox wrote more than its cap; it was stopped.
-type DiskCapError = engine.DiskCapError
+type DiskCapError = backend.DiskCapError
 
 // Where a sandbox may write, as a DiskCapError names it.
 const (
-	PlaceWritableLayer = engine.PlaceWritableLayer
-	PlaceImageVolumes  = engine.PlaceImageVolumes
+	PlaceWritableLayer = backend.PlaceWritableLayer
+	PlaceImageVolumes  = backend.PlaceImageVolumes
 )

@@ -12,7 +12,6 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -69,8 +68,8 @@ func GatewayOptions(o *generator.Options, dirs hostinfo.Dirs) error {
 // prepareGateway numbers the sandbox network apart from the engine's,
 // generates the project, makes sure the gateway's image exists (building it
 // from this executable when it does not) and starts the decision log.
-func (l *launch) prepareGateway(ctx context.Context, eng *engine.Engine, o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
-	used, err := eng.UsedSubnets(ctx)
+func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
+	used, err := l.rt.UsedSubnets(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +80,7 @@ func (l *launch) prepareGateway(ctx context.Context, eng *engine.Engine, o gener
 	if err != nil {
 		return nil, err
 	}
-	if err := l.gatewayImage(ctx, eng, o.GatewayImage); err != nil {
+	if err := l.gatewayImage(ctx, o.GatewayImage); err != nil {
 		return nil, err
 	}
 	dirs := l.plan.Env.Dirs
@@ -96,8 +95,8 @@ func (l *launch) prepareGateway(ctx context.Context, eng *engine.Engine, o gener
 
 // gatewayImage makes the gateway's image from this executable, unless the
 // engine has it.
-func (l *launch) gatewayImage(ctx context.Context, eng *engine.Engine, image string) error {
-	has, err := eng.HasImage(ctx, image)
+func (l *launch) gatewayImage(ctx context.Context, image string) error {
+	has, err := l.rt.HasImage(ctx, image)
 	if err != nil || has {
 		return err
 	}
@@ -110,7 +109,7 @@ func (l *launch) gatewayImage(ctx context.Context, eng *engine.Engine, image str
 	if err != nil {
 		return gatewayError{err}
 	}
-	return eng.BuildContext(ctx, image, bctx)
+	return l.rt.BuildImage(ctx, image, bctx)
 }
 
 // writeResolvConf writes the resolv.conf that points a sandbox at its

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
@@ -74,12 +74,12 @@ func (g *guardCheck) finish(r Reporter) error {
 
 // CheckPending judges what sandboxes of killed launchers left, once they
 // are gone from the engine (gc has removed them).
-func CheckPending(ctx context.Context, r Reporter, eng *engine.Engine, dirs hostinfo.Dirs) error {
+func CheckPending(ctx context.Context, r Reporter, rt backend.Runtime, dirs hostinfo.Dirs) error {
 	plans, err := guard.Pending(dirs.GuardDir())
 	if err != nil || len(plans) == 0 {
 		return err
 	}
-	list, err := eng.List(ctx)
+	list, err := rt.List(ctx)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func CheckPending(ctx context.Context, r Reporter, eng *engine.Engine, dirs host
 	}
 	var errs []error
 	for _, plan := range plans {
-		if live[plan.Project] || engine.LauncherAlive(plan.PID, plan.Host) {
+		if live[plan.Project] || backend.LauncherAlive(plan.PID, plan.Host) {
 			continue
 		}
 		errs = append(errs, reportCheck(r, plan, plan.Check(dirs.QuarantineDir()), dirs))
@@ -101,15 +101,15 @@ func CheckPending(ctx context.Context, r Reporter, eng *engine.Engine, dirs host
 // judges what they left in their workspaces. It returns the projects it
 // removed.
 func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) ([]string, error) {
-	removed, err := removeLeftovers(ctx, c.Engine)
-	return removed, errors.Join(err, CheckPending(ctx, r, c.Engine, dirs))
+	removed, err := removeLeftovers(ctx, c.Runtime)
+	return removed, errors.Join(err, CheckPending(ctx, r, c.Runtime, dirs))
 }
 
 // Sandbox is a sandbox on the engine, as ls shows it.
-type Sandbox = engine.Sandbox
+type Sandbox = backend.Sandbox
 
 // List lists the sandboxes on the engine.
-func List(ctx context.Context, c *Conn) ([]Sandbox, error) { return c.Engine.List(ctx) }
+func List(ctx context.Context, c *Conn) ([]Sandbox, error) { return c.Runtime.List(ctx) }
 
 // Guarded says what the guard did, if it did anything.
 func Guarded(r Reporter, rep guard.Report, quarantine string) {

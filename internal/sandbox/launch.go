@@ -15,7 +15,6 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
@@ -64,7 +63,7 @@ type launch struct {
 	*Launch
 	report Reporter
 	plan   *Plan
-	eng    *engine.Engine
+	rt     backend.Runtime
 	facts  backend.Facts // the engine's, as it reports them
 	opts   generator.Options
 	adjust []func(*generator.Host)
@@ -95,13 +94,13 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err := l.checkGrants(f.Conn.Host); err != nil {
 		return 0, err
 	}
-	s := &launch{Launch: l, report: l.Report, eng: f.Conn.Engine, gcDone: make(chan struct{})}
-	facts, err := s.eng.Facts(ctx) // the info preflight read
+	s := &launch{Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{})}
+	facts, err := s.rt.Facts(ctx) // the info preflight read
 	if err != nil {
 		return 0, err
 	}
 	s.facts = facts
-	names, err := namesOn(ctx, s.eng)
+	names, err := namesOn(ctx, s.rt)
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +238,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 func (s *launch) collectLeftovers(ctx context.Context) {
 	go func() {
 		defer close(s.gcDone)
-		s.gcRemoved, s.gcErr = removeLeftovers(ctx, s.eng)
+		s.gcRemoved, s.gcErr = removeLeftovers(ctx, s.rt)
 	}()
 }
 
@@ -252,7 +251,7 @@ func (s *launch) reportLeftovers(ctx context.Context) {
 		s.report.Note(fmt.Sprintf("removed %d leftover sandbox(es) of launchers that are gone: %s", len(removed), strings.Join(removed, ", ")))
 	}
 	// What those sandboxes left, judged now that they are gone.
-	if err := CheckPending(ctx, s.report, s.eng, s.Env.Dirs); err != nil {
+	if err := CheckPending(ctx, s.report, s.rt, s.Env.Dirs); err != nil {
 		s.report.Warn(err.Error())
 	}
 }
@@ -276,14 +275,14 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 	for attempt := 1; ; attempt++ {
 		var project *types.Project
 		if allowlist {
-			project, err = s.prepareGateway(ctx, s.eng, s.opts, s.adjustAll)
+			project, err = s.prepareGateway(ctx, s.opts, s.adjustAll)
 		} else {
 			project, err = s.plan.Generate(s.opts, s.adjustAll)
 		}
 		if err != nil {
 			return 0, err
 		}
-		code, err = Run(ctx, s.eng, project, RunOptions{
+		code, err = Run(ctx, s.rt, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
 			Build:       s.Build,
@@ -297,7 +296,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		// Another launcher took the same network at the same moment:
 		// number it again (prepareGateway picks among the subnets free now)
 		// and retry.
-		if !allowlist || !errors.Is(err, engine.ErrSubnetTaken) || attempt == 3 {
+		if !allowlist || !errors.Is(err, backend.ErrSubnetTaken) || attempt == 3 {
 			break
 		}
 		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
@@ -331,11 +330,11 @@ func (s *launch) forwardSSHAgent(ctx context.Context) (sshagent.Result, error) {
 	res, err := sshagent.Setup(ctx, sshagent.Config{
 		Mode:          mode,
 		GOOS:          runtime.GOOS,
-		Engine:        s.eng.Kind,
+		Engine:        s.facts.Kind,
 		AuthSock:      sock,
-		DockerDesktop: s.eng.DockerDesktop,
+		DockerDesktop: func(context.Context) (bool, error) { return s.facts.DockerDesktop, nil },
 		VMPathExists: func(ctx context.Context, path string) (bool, error) {
-			return s.eng.PathExists(ctx, s.Profile.Image, path)
+			return s.rt.PathExists(ctx, s.Profile.Image, path)
 		},
 		ID: s.opts.Project,
 	})

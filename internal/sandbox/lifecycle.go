@@ -47,6 +47,10 @@ type RunOptions struct {
 	TTY bool
 	// Interactive attaches the launcher's stdin.
 	Interactive bool
+	// Streams, where set, take the place of the launcher's streams: the
+	// sandbox's output, and what the Runtime says while starting it, go
+	// there.
+	Streams backend.Streams
 	// Build builds the image first when the project says how.
 	Build bool
 	// ImageChecked: the caller has just seen the agent's image on the
@@ -344,6 +348,7 @@ func (r *run) runOne(ctx context.Context) (int, error) {
 		Service:     generator.Service,
 		TTY:         r.o.TTY,
 		Interactive: r.o.Interactive,
+		Streams:     r.o.Streams,
 		// A signal the Runtime forwarded to a sandbox not running yet.
 		NotRunning: r.stopStart,
 	})

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
-	"github.com/propio/propio-sandbox/internal/engine"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/guard"
 )
 
@@ -61,8 +61,8 @@ func claimName(dir, workspace string, taken func(string) bool) (name string, rel
 // launchers that are gone.
 type engineNames struct{ held, left map[string]bool }
 
-func namesOn(ctx context.Context, eng *engine.Engine) (engineNames, error) {
-	list, err := eng.List(ctx)
+func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
+	list, err := rt.List(ctx)
 	if err != nil {
 		return engineNames{}, err
 	}
@@ -83,7 +83,7 @@ func namesOn(ctx context.Context, eng *engine.Engine) (engineNames, error) {
 func (s *launch) reclaim(ctx context.Context, names engineNames) error {
 	name := s.opts.Project
 	if names.left[name] {
-		if err := s.eng.Remove(ctx, name, 0); err != nil {
+		if err := s.rt.Remove(ctx, name, 0); err != nil {
 			return fmt.Errorf("removing what an earlier sandbox of this name left: %w", err)
 		}
 		s.reclaimed = append(s.reclaimed, name)

@@ -69,7 +69,7 @@ func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {
 		return nil, err
 	}
 	f.Conn = c
-	return c.Engine, nil
+	return c.checks, nil
 }
 
 // Run passes the checks in order, stopping at the first that fails (a
@@ -100,11 +100,11 @@ func (f *Preflight) Declared(plan *Plan, report Reporter) ([]preflight.Check, er
 		return nil, errNoEngine
 	}
 	// The engine's facts come from the info its preflight read.
-	facts, err := f.Conn.Engine.Facts(context.Background())
+	facts, err := f.Conn.Runtime.Facts(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	s := &launch{Launch: &Launch{Env: f.Env, Profile: f.Profile, Ref: f.Ref, Report: report}, report: report, plan: plan, eng: f.Conn.Engine, facts: facts}
+	s := &launch{Launch: &Launch{Env: f.Env, Profile: f.Profile, Ref: f.Ref, Report: report}, report: report, plan: plan, rt: f.Conn.Runtime, facts: facts}
 	s.opts = generator.Options{Project: generator.ProjectName(f.Env.Workspace, "")}
 	if f.Profile.Network.Mode == "allowlist" {
 		if err := GatewayOptions(&s.opts, f.Env.Dirs); err != nil {

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -39,6 +41,10 @@ type fakeRuntime struct {
 	plan *backend.DiskPlan
 	// sandboxes is List's answer.
 	sandboxes []backend.Sandbox
+	// facts is Facts' answer; subnets UsedSubnets'; overlay OverlayCapable's.
+	facts   backend.Facts
+	subnets []netip.Prefix
+	overlay backend.Overlay
 
 	killed    chan struct{} // closed by the first Kill
 	stopAsked chan struct{} // closed by the first StopUnstarted
@@ -52,6 +58,7 @@ func newFake(t *testing.T) *fakeRuntime {
 	return &fakeRuntime{
 		t:         t,
 		images:    map[string]bool{agentImage: true, gatewayImage: true},
+		facts:     backend.Facts{Kind: "fake", Host: "fake://", InternalNetworks: true},
 		on:        map[string]func(context.Context) error{},
 		killed:    make(chan struct{}),
 		stopAsked: make(chan struct{}),
@@ -106,18 +113,54 @@ func (f *fakeRuntime) setState(s string) {
 }
 
 func (f *fakeRuntime) Facts(ctx context.Context) (backend.Facts, error) {
-	return backend.Facts{Kind: "fake", Host: "fake://"}, f.step(ctx, "Facts")
+	return f.facts, f.step(ctx, "Facts")
 }
 
 func (f *fakeRuntime) HasImage(ctx context.Context, ref string) (bool, error) {
 	if err := f.step(ctx, "HasImage", ref); err != nil {
 		return false, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.images[ref], nil
 }
 
 func (f *fakeRuntime) Build(ctx context.Context, project *types.Project, service string) error {
 	return f.step(ctx, "Build", service)
+}
+
+// BuildImage reads the context, and has the image from then on.
+func (f *fakeRuntime) BuildImage(ctx context.Context, tag string, buildContext io.Reader) error {
+	if err := f.step(ctx, "BuildImage", tag); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, buildContext); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.images[tag] = true
+	return nil
+}
+
+func (f *fakeRuntime) UsedSubnets(ctx context.Context) ([]netip.Prefix, error) {
+	return slices.Clone(f.subnets), f.step(ctx, "UsedSubnets")
+}
+
+func (f *fakeRuntime) PathExists(ctx context.Context, image, path string) (bool, error) {
+	return false, f.step(ctx, "PathExists", image, path)
+}
+
+func (f *fakeRuntime) OverlayCapable(ctx context.Context) (backend.Overlay, error) {
+	return f.overlay, f.step(ctx, "OverlayCapable")
+}
+
+func (f *fakeRuntime) ReleaseChangeset(ctx context.Context, id string) error {
+	return f.step(ctx, "ReleaseChangeset", id)
+}
+
+func (f *fakeRuntime) Exec(ctx context.Context, project string, o backend.ExecSpec) (int, error) {
+	return 0, f.step(ctx, "Exec", project, o.Service)
 }
 
 func (f *fakeRuntime) CreateVolumes(ctx context.Context, project *types.Project, helperImage string) error {
@@ -215,6 +258,14 @@ func (f *fakeRuntime) Remove(ctx context.Context, project string, launcher int) 
 	f.mu.Unlock()
 	err := f.step(ctx, "Remove", project, launcher)
 	f.setState("removed")
+	if err == nil {
+		// What is removed is no longer listed.
+		f.mu.Lock()
+		f.sandboxes = slices.DeleteFunc(f.sandboxes, func(s backend.Sandbox) bool {
+			return s.Project == project && (launcher == 0 || s.PID == launcher)
+		})
+		f.mu.Unlock()
+	}
 	return err
 }
 
@@ -222,6 +273,8 @@ func (f *fakeRuntime) List(ctx context.Context) ([]backend.Sandbox, error) {
 	if err := f.step(ctx, "List"); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return slices.Clone(f.sandboxes), nil
 }
 
