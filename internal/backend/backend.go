@@ -30,6 +30,12 @@ type Runtime interface {
 	// Facts says what the engine is and how it differs from Docker's
 	// defaults.
 	Facts(ctx context.Context) (Facts, error)
+	// Info is what the engine says of itself: its architecture, data
+	// directory, runtimes and storage (the preflight checks judge them).
+	Info(ctx context.Context) (Info, error)
+	// ImageArch is the CPU architecture of the image ref, in image terms,
+	// and whether the engine has it.
+	ImageArch(ctx context.Context, ref string) (arch string, found bool, err error)
 
 	// HasImage reports whether the engine has the image ref. It never
 	// pulls.
@@ -328,4 +334,42 @@ func LauncherAlive(pid int, host string) bool {
 func SameHost(host string) bool {
 	h, _ := os.Hostname()
 	return host == h
+}
+
+// Info is what the engine says about itself that preflight checks need.
+type Info struct {
+	// Arch is the engine's CPU architecture in image terms (amd64, arm64).
+	Arch string
+	// DataDir is where the engine keeps its images and containers
+	// (Docker's DockerRootDir, Podman's graph root).
+	DataDir string
+	// Runtimes are the names of the OCI runtimes the engine offers, sorted.
+	Runtimes []string
+	// DefaultRuntime is the one used when a container names none.
+	DefaultRuntime string
+	// Storage is how the engine keeps writable layers.
+	Storage Storage
+	// Rootless: the engine says it runs as an unprivileged user (rootless
+	// Docker; Podman's compatible info does not say, Engine.Rootless does).
+	Rootless bool
+	// DockerDesktop: the engine is Docker Desktop's.
+	DockerDesktop bool
+}
+
+// Storage is how the engine keeps containers' writable layers, and whether
+// it can cap one.
+type Storage struct {
+	// Driver is the engine's storage driver: overlay2 (Docker), overlay
+	// (Podman), btrfs, zfs, vfs...
+	Driver string
+	// BackingFS is the file system under the driver, when the engine says.
+	BackingFS string
+	// Local: the engine runs on this host (a unix socket, the same host
+	// name, not Docker Desktop's VM), so its files are this host's.
+	Local bool
+	// Quota: a writable layer can be capped by the engine (storage_opt
+	// size), so that writes past the cap fail inside the sandbox.
+	Quota bool
+	// Why says why it can, or why not.
+	Why string
 }

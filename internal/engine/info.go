@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"sort"
 	"strings"
 
@@ -10,25 +11,8 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// Info is what the engine says about itself that preflight checks need.
-type Info struct {
-	// Arch is the engine's CPU architecture in image terms (amd64, arm64).
-	Arch string
-	// DataDir is where the engine keeps its images and containers
-	// (Docker's DockerRootDir, Podman's graph root).
-	DataDir string
-	// Runtimes are the names of the OCI runtimes the engine offers, sorted.
-	Runtimes []string
-	// DefaultRuntime is the one used when a container names none.
-	DefaultRuntime string
-	// Storage is how the engine keeps writable layers.
-	Storage Storage
-	// Rootless: the engine says it runs as an unprivileged user (rootless
-	// Docker; Podman's compatible info does not say, Engine.Rootless does).
-	Rootless bool
-	// DockerDesktop: the engine is Docker Desktop's.
-	DockerDesktop bool
-}
+// Info is what the engine says of itself (backend.Info).
+type Info = backend.Info
 
 // Info reads the engine's architecture, data directory and runtimes.
 func (e *Engine) Info(ctx context.Context) (Info, error) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"fmt"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,23 +12,8 @@ import (
 	"github.com/moby/moby/api/types/system"
 )
 
-// Storage is how the engine keeps containers' writable layers, and whether
-// it can cap one.
-type Storage struct {
-	// Driver is the engine's storage driver: overlay2 (Docker), overlay
-	// (Podman), btrfs, zfs, vfs...
-	Driver string
-	// BackingFS is the file system under the driver, when the engine says.
-	BackingFS string
-	// Local: the engine runs on this host (a unix socket, the same host
-	// name, not Docker Desktop's VM), so its files are this host's.
-	Local bool
-	// Quota: a writable layer can be capped by the engine (storage_opt
-	// size), so that writes past the cap fail inside the sandbox.
-	Quota bool
-	// Why says why it can, or why not.
-	Why string
-}
+// Storage is how the engine keeps writable layers (backend.Storage).
+type Storage = backend.Storage
 
 // storageOf reads the storage facts from the engine's info.
 func storageOf(info system.Info, kind, host string) Storage {

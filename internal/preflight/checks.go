@@ -17,8 +17,8 @@ import (
 
 	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/buildinputs"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sshagent"
@@ -29,7 +29,7 @@ const command = "propio-sandbox"
 
 // EngineConn is what the checks ask of a connected engine.
 type EngineConn interface {
-	Info(ctx context.Context) (engine.Info, error)
+	Info(ctx context.Context) (backend.Info, error)
 	ImageArch(ctx context.Context, ref string) (arch string, found bool, err error)
 }
 
@@ -113,7 +113,7 @@ type checker struct {
 	once    sync.Once
 	eng     EngineConn
 	engErr  error
-	info    engine.Info
+	info    backend.Info
 	infoErr error
 	// The profile's image, looked up with the info.
 	imageArch  string

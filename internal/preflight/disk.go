@@ -7,14 +7,14 @@ import (
 	"strings"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/diskcap"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
 
 // watchNote says what "watched" means, once, at the end of the reason.
-var watchNote = fmt.Sprintf("watched: the launcher measures it (a walk when statfs says it may be over, or the engine's measure at intervals) and stops the sandbox past the cap (exit %d)", engine.ExitDiskCap)
+var watchNote = fmt.Sprintf("watched: the launcher measures it (a walk when statfs says it may be over, or the engine's measure at intervals) and stops the sandbox past the cap (exit %d)", backend.ExitDiskCap)
 
 // disk says how resources.disk holds here for each place the sandbox can
 // write: its writable layer, /tmp and HOME, the workspace (and rw mounts),

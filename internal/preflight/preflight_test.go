@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/buildinputs"
-	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
@@ -22,12 +22,12 @@ import (
 
 // fakeEngine is an engine with a fixed info and image list.
 type fakeEngine struct {
-	info    engine.Info
+	info    backend.Info
 	infoErr error
 	images  map[string]string // ref: architecture
 }
 
-func (f fakeEngine) Info(context.Context) (engine.Info, error) { return f.info, f.infoErr }
+func (f fakeEngine) Info(context.Context) (backend.Info, error) { return f.info, f.infoErr }
 func (f fakeEngine) ImageArch(_ context.Context, ref string) (string, bool, error) {
 	arch, ok := f.images[ref]
 	return arch, ok, nil
@@ -45,7 +45,7 @@ type hintedErr struct{ error }
 func (hintedErr) Hints() []string { return []string{"start the engine"} }
 
 var goodEngine = fakeEngine{
-	info:   engine.Info{Arch: "amd64", DataDir: "/var/lib/docker", Runtimes: []string{"runc", "runsc"}, DefaultRuntime: "runc"},
+	info:   backend.Info{Arch: "amd64", DataDir: "/var/lib/docker", Runtimes: []string{"runc", "runsc"}, DefaultRuntime: "runc"},
 	images: map[string]string{"img:1": "amd64", "arm:1": "arm64"},
 }
 
@@ -405,9 +405,9 @@ func TestSSHAgentCheck(t *testing.T) {
 func TestDiskCheck(t *testing.T) {
 	t.Parallel()
 	quota := goodEngine
-	quota.info.Storage = engine.Storage{Driver: "btrfs", Local: true, Quota: true, Why: "btrfs: the engine caps each writable layer with a qgroup"}
+	quota.info.Storage = backend.Storage{Driver: "btrfs", Local: true, Quota: true, Why: "btrfs: the engine caps each writable layer with a qgroup"}
 	watched := goodEngine
-	watched.info.Storage = engine.Storage{Driver: "overlay2", BackingFS: "extfs", Local: true, Why: "overlay2 on extfs cannot cap a writable layer"}
+	watched.info.Storage = backend.Storage{Driver: "overlay2", BackingFS: "extfs", Local: true, Why: "overlay2 on extfs cannot cap a writable layer"}
 	engineOf := func(f fakeEngine) func(*preflight.Inputs) {
 		return func(in *preflight.Inputs) {
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return f, nil }

@@ -9,7 +9,6 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/engine"
-	"github.com/propio/propio-sandbox/internal/preflight"
 )
 
 // This file is where a launch meets the engines it can run on: it finds
@@ -29,11 +28,8 @@ type Conn struct {
 	// Runtime is the engine, as a launch drives it.
 	Runtime backend.Runtime
 	// Host is where the engine was found: unix:///... or what DOCKER_HOST says.
-	Host string
-	// checks is what the built-in checks ask the engine (its info, an
-	// image's architecture).
-	checks preflight.EngineConn
-	close  func()
+	Host  string
+	close func()
 }
 
 // EngineError is a failure to find or reach an engine, with the kind of
@@ -84,7 +80,7 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 		}
 		return nil, &EngineError{Kind: loc.Kind, Err: err}
 	}
-	return &Conn{Runtime: eng, Host: loc.Host, checks: eng, close: func() {
+	return &Conn{Runtime: eng, Host: loc.Host, close: func() {
 		eng.Close()
 		if loc.Stop != nil {
 			loc.Stop()

@@ -69,7 +69,7 @@ func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {
 		return nil, err
 	}
 	f.Conn = c
-	return c.checks, nil
+	return c.Runtime, nil
 }
 
 // Run passes the checks in order, stopping at the first that fails (a

@@ -116,6 +116,19 @@ func (f *fakeRuntime) Facts(ctx context.Context) (backend.Facts, error) {
 	return f.facts, f.step(ctx, "Facts")
 }
 
+func (f *fakeRuntime) Info(ctx context.Context) (backend.Info, error) {
+	return backend.Info{}, f.step(ctx, "Info")
+}
+
+func (f *fakeRuntime) ImageArch(ctx context.Context, ref string) (string, bool, error) {
+	if err := f.step(ctx, "ImageArch", ref); err != nil {
+		return "", false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "amd64", f.images[ref], nil
+}
+
 func (f *fakeRuntime) HasImage(ctx context.Context, ref string) (bool, error) {
 	if err := f.step(ctx, "HasImage", ref); err != nil {
 		return false, err
