@@ -104,7 +104,11 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	name, release, err := claimName(filepath.Join(l.Env.Dirs.State, "run"), l.Env.Workspace, func(n string) bool { return names.held[n] })
+	dir, err := namesDir()
+	if err != nil {
+		return 0, err
+	}
+	name, release, err := claimName(dir, l.Env.Workspace, func(n string) bool { return names.held[n] })
 	if err != nil {
 		return 0, err
 	}

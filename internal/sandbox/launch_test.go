@@ -119,16 +119,18 @@ func TestNameHeldOnTheEngine(t *testing.T) {
 }
 
 // A sandbox of the name left by a killed launcher does not hold the name:
-// the launch takes it, removes all that is left of it before anything of
-// its own is made, and says it removed a leftover (once, though the
-// leftovers' collection runs too).
+// the launch takes it, removes what that launcher left (only that: another
+// launcher may be starting a sandbox of the name) before anything of its
+// own is made, and says it removed a leftover (once, though the leftovers'
+// collection runs too).
 func TestNameLeftByAKilledLauncher(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	s, rec := fakeLaunch(t, f, &profile.Profile{})
 	base := s.opts.Project
 	host, _ := os.Hostname()
-	f.sandboxes = []backend.Sandbox{{Project: base, Alive: false, PID: deadPID(t), Host: host}}
+	dead := deadPID(t)
+	f.sandboxes = []backend.Sandbox{{Project: base, Alive: false, PID: dead, Host: host}}
 	ctx := context.Background()
 	names, err := namesOn(ctx, f)
 	if err != nil {
@@ -145,8 +147,8 @@ func TestNameLeftByAKilledLauncher(t *testing.T) {
 	if err := s.reclaim(ctx, names); err != nil {
 		t.Fatal(err)
 	}
-	if want := "Remove " + base + " 0"; len(f.calls) == 0 || f.calls[len(f.calls)-1] != want {
-		t.Errorf("calls %q: want the leftover removed, all of it (%s)", f.calls, want)
+	if want := fmt.Sprintf("Remove %s %d", base, dead); len(f.calls) == 0 || f.calls[len(f.calls)-1] != want {
+		t.Errorf("calls %q: want what the killed launcher left removed, and only that (%s)", f.calls, want)
 	}
 	s.collectLeftovers(ctx)
 	s.reportLeftovers(ctx)

@@ -21,12 +21,28 @@ import (
 // NAME-2 ... while other launchers of this host run sandboxes of them.
 const maxNames = 64
 
+// namesDir is where launchers of this host hold their sandboxes' names:
+// one directory for every user (as /tmp is), since two users' sandboxes
+// share the engine's names. A name another user's launcher holds, or that
+// they made unusable, is passed over like one that is held.
+func namesDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), "propio-sandbox-names")
+	if err := os.Mkdir(dir, 0o777); err == nil {
+		if err := os.Chmod(dir, 0o1777); err != nil {
+			return "", fmt.Errorf("making the directory of sandbox names: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("making the directory of sandbox names: %w", err)
+	}
+	return dir, nil
+}
+
 // claimName takes the project name of a launch in the workspace: the one
 // render shows (generator.ProjectName), unless another launcher runs a
 // sandbox of that name (taken says so for the engine's), then NAME-2,
 // NAME-3 and so on. The name is held by a lock on a file under dir until
-// release, against launchers of this user; a launcher that is killed lets
-// go of it with its process.
+// release, against launchers of this host (of any user, when dir is
+// namesDir); a launcher that is killed lets go of it with its process.
 func claimName(dir, workspace string, taken func(string) bool) (name string, release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("making the launch lock directory: %w", err)
@@ -37,7 +53,10 @@ func claimName(dir, workspace string, taken func(string) bool) (name string, rel
 		if i > 1 {
 			name = base + "-" + strconv.Itoa(i)
 		}
-		f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := openLock(filepath.Join(dir, name+".lock"))
+		if errors.Is(err, os.ErrPermission) {
+			continue // another user's, which only they can open
+		}
 		if err != nil {
 			return "", nil, fmt.Errorf("taking the sandbox's name: %w", err)
 		}
@@ -56,22 +75,38 @@ func claimName(dir, workspace string, taken func(string) bool) (name string, rel
 	return "", nil, fmt.Errorf("%d sandboxes of %s run already", maxNames, workspace)
 }
 
+// openLock opens a name's lock file, never through a link, creating it so
+// that every user can take it after this one lets go.
+func openLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o666)
+	if err == nil {
+		return f, f.Chmod(0o666) // whatever the umask
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+}
+
 // engineNames are the names of the engine's sandboxes: held by live
 // launchers (or of other hosts, whose launchers it cannot see), or left by
 // launchers that are gone.
-type engineNames struct{ held, left map[string]bool }
+type engineNames struct {
+	held map[string]bool
+	left map[string][]int // the pids of the launchers that are gone
+}
 
 func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
 	list, err := rt.List(ctx)
 	if err != nil {
 		return engineNames{}, err
 	}
-	n := engineNames{held: map[string]bool{}, left: map[string]bool{}}
+	n := engineNames{held: map[string]bool{}, left: map[string][]int{}}
 	for _, sb := range list {
 		if sb.Alive {
 			n.held[sb.Project] = true
 		} else {
-			n.left[sb.Project] = true
+			n.left[sb.Project] = append(n.left[sb.Project], sb.PID)
 		}
 	}
 	return n, nil
@@ -82,10 +117,14 @@ func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
 // plan is still there) judged, before this launch uses the name.
 func (s *launch) reclaim(ctx context.Context, names engineNames) error {
 	name := s.opts.Project
-	if names.left[name] {
-		if err := s.rt.Remove(ctx, name, 0); err != nil {
+	// Only what the launchers that are gone made: another launcher may be
+	// starting a sandbox of this name on the engine.
+	for _, pid := range names.left[name] {
+		if err := s.rt.Remove(ctx, name, pid); err != nil {
 			return fmt.Errorf("removing what an earlier sandbox of this name left: %w", err)
 		}
+	}
+	if len(names.left[name]) > 0 {
 		s.reclaimed = append(s.reclaimed, name)
 	}
 	plans, err := guard.Pending(s.Env.Dirs.GuardDir())
