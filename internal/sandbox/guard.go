@@ -101,7 +101,11 @@ func CheckPending(ctx context.Context, r Reporter, rt backend.Runtime, dirs host
 // judges what they left in their workspaces. It returns the projects it
 // removed.
 func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) ([]string, error) {
-	removed, err := removeLeftovers(ctx, c.Runtime)
+	list, err := c.Runtime.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	removed, err := removeLeftovers(ctx, c.Runtime, list)
 	return removed, errors.Join(err, CheckPending(ctx, r, c.Runtime, dirs))
 }
 

@@ -189,7 +189,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 	if err := s.reclaim(ctx, names); err != nil {
 		return 0, err
 	}
-	s.collectLeftovers(ctx)
+	s.collectLeftovers(ctx, names)
 	defer s.reportLeftovers(ctx)
 	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
 		return 0, ErrAllowlistOnPodman
@@ -237,12 +237,20 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 }
 
 // collectLeftovers removes, while this sandbox starts, what launchers that
-// were killed before they could clean up left (gc touches only sandboxes
-// whose launcher is gone, never this one); reportLeftovers says what.
-func (s *launch) collectLeftovers(ctx context.Context) {
+// were killed before they could clean up left, among the sandboxes the
+// engine listed for the names (gc touches only sandboxes whose launcher is
+// gone, never this one; reclaim has removed those of this launch's name);
+// reportLeftovers says what.
+func (s *launch) collectLeftovers(ctx context.Context, names engineNames) {
+	var others []backend.Sandbox
+	for _, sb := range names.list {
+		if sb.Project != s.opts.Project {
+			others = append(others, sb)
+		}
+	}
 	go func() {
 		defer close(s.gcDone)
-		s.gcRemoved, s.gcErr = removeLeftovers(ctx, s.rt)
+		s.gcRemoved, s.gcErr = removeLeftovers(ctx, s.rt, others)
 	}()
 }
 

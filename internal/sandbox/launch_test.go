@@ -150,7 +150,7 @@ func TestNameLeftByAKilledLauncher(t *testing.T) {
 	if want := fmt.Sprintf("Remove %s %d", base, dead); len(f.calls) == 0 || f.calls[len(f.calls)-1] != want {
 		t.Errorf("calls %q: want what the killed launcher left removed, and only that (%s)", f.calls, want)
 	}
-	s.collectLeftovers(ctx)
+	s.collectLeftovers(ctx, names)
 	s.reportLeftovers(ctx)
 	want := fmt.Sprintf("removed 1 leftover sandbox(es) of launchers that are gone: %s", base)
 	if !slices.Equal(rec.notes, []string{want}) {

@@ -10,13 +10,9 @@ import (
 // removeLeftovers removes the sandboxes whose launcher is gone (killed, so
 // it could not tear them down): only what that launcher made, as a new
 // launcher may be starting a sandbox of the same name. Sandboxes of live
-// launchers, and of other hosts, are left alone. It returns the projects
-// it removed.
-func removeLeftovers(ctx context.Context, rt backend.Runtime) ([]string, error) {
-	list, err := rt.List(ctx)
-	if err != nil {
-		return nil, err
-	}
+// launchers, and of other hosts, are left alone. list is what the engine
+// listed. It returns the projects it removed.
+func removeLeftovers(ctx context.Context, rt backend.Runtime, list []backend.Sandbox) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, s := range list {

@@ -554,7 +554,11 @@ func TestRemoveLeftovers(t *testing.T) {
 		}
 		return nil
 	}
-	removed, err := removeLeftovers(context.Background(), f)
+	list, err := f.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := removeLeftovers(context.Background(), f, list)
 	if want := []string{"killed", "no-pid"}; !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
 	}

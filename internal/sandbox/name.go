@@ -88,10 +88,11 @@ func openLock(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 }
 
-// engineNames are the names of the engine's sandboxes: held by live
-// launchers (or of other hosts, whose launchers it cannot see), or left by
-// launchers that are gone.
+// engineNames are the engine's sandboxes (list), and their names: held by
+// live launchers (or of other hosts, whose launchers it cannot see), or
+// left by launchers that are gone.
 type engineNames struct {
+	list []backend.Sandbox
 	held map[string]bool
 	left map[string][]int // the pids of the launchers that are gone
 }
@@ -101,12 +102,12 @@ func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
 	if err != nil {
 		return engineNames{}, err
 	}
-	n := engineNames{held: map[string]bool{}, left: map[string][]int{}}
+	n := engineNames{list: list, held: map[string]bool{}, left: map[string][]int{}}
 	for _, sb := range list {
-		if sb.Alive {
-			n.held[sb.Project] = true
-		} else {
+		if leftover(sb) {
 			n.left[sb.Project] = append(n.left[sb.Project], sb.PID)
+		} else {
+			n.held[sb.Project] = true
 		}
 	}
 	return n, nil
