@@ -2,9 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 
-	"github.com/propio/propio-sandbox/internal/backend"
 	cslaunch "github.com/propio/propio-sandbox/internal/changeset/launch"
 )
 
@@ -19,7 +17,7 @@ func (s *launch) changeset(ctx context.Context) (*cslaunch.Changeset, error) {
 		// writes to the changeset, as gc does: not both at once.
 		<-s.gcDone
 	}
-	cs, err := cslaunch.Prepare(ctx, changesetEngine{s.rt}, s.Profile, s.Env.Workspace, s.Resume, s.Streams.Err)
+	cs, err := cslaunch.Prepare(ctx, s.rt, s.Profile, s.Env.Workspace, s.Resume, s.Streams.Err)
 	if err != nil {
 		return nil, err
 	}
@@ -70,26 +68,3 @@ func DoctorChangesetMode(e Env) func(context.Context, *Conn) (string, string) {
 		return string(mode), why
 	}
 }
-
-// changesetEngine is the engine as a changeset's launch sees it.
-type changesetEngine struct{ rt backend.Runtime }
-
-func (e changesetEngine) OverlayCapable(ctx context.Context) (cslaunch.Overlay, error) {
-	ov, err := e.rt.OverlayCapable(ctx)
-	return cslaunch.Overlay(ov), err
-}
-
-func (e changesetEngine) ReleaseChangeset(ctx context.Context, id string) error {
-	err := e.rt.ReleaseChangeset(ctx, id)
-	if errors.Is(err, backend.ErrChangesetInUse) {
-		return changesetInUse{err}
-	}
-	return err
-}
-
-// changesetInUse is the runtime's ErrChangesetInUse as launch knows it, its
-// message as it is.
-type changesetInUse struct{ error }
-
-func (e changesetInUse) Unwrap() error        { return e.error }
-func (e changesetInUse) Is(target error) bool { return target == cslaunch.ErrInUse }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"io"
 	"io/fs"
 	"os"
@@ -46,28 +47,19 @@ type Engine interface {
 	ReleaseChangeset(ctx context.Context, id string) error
 }
 
-// ErrInUse: a running sandbox of a live launcher writes to the changeset.
-var ErrInUse = errors.New("the changeset is in use")
+// ErrInUse: a running sandbox of a live launcher writes to the changeset
+// (the runtime's error, which backend.Runtime's ReleaseChangeset returns).
+var ErrInUse = backend.ErrChangesetInUse
 
 // Overlay says whether the engine can mount an overlay of a directory of
-// this host for a sandbox, and how.
-type Overlay struct {
-	OK  bool
-	Why string // why not, when not
-	// UserXattr: mount it with the userxattr option, so that its marks
-	// are user.overlay.* attributes, which a launcher that is not root can
-	// read.
-	UserXattr bool
-}
+// this host for a sandbox, and how: the runtime's answer, as
+// backend.Runtime gives it, so that a Runtime is an Engine.
+type Overlay = backend.Overlay
 
 // VolumeCopy fills a volume of the project with a host directory before the
 // run, and copies the volume's content back to the host after it: the copy
 // realisation of a changeset.
-type VolumeCopy struct {
-	Volume string // the volume's key in the project
-	From   string // the host directory copied into the volume before the run
-	To     string // the host directory the volume's final content replaces, after the run
-}
+type VolumeCopy = backend.VolumeCopy
 
 // Changeset is the changeset one run writes to.
 type Changeset struct {
