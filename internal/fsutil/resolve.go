@@ -55,3 +55,11 @@ func Resolve(abs string) (string, bool) {
 	_, err := os.Stat(done)
 	return done, err == nil
 }
+
+// SameFile reports whether two existing paths, links followed, are one
+// file.
+func SameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}

@@ -253,7 +253,7 @@ func (l Locations) parent(d *Document) (*Document, error) {
 		return p, extendsError(at, err)
 	}
 	// A user profile that extends its own name means the built-in of that name.
-	if path, ok := l.userProfile(ref); ok && !sameFile(path, d.Path) {
+	if path, ok := l.userProfile(ref); ok && !fsutil.SameFile(path, d.Path) {
 		p, err := l.readFile(path, path)
 		return p, extendsError(at, err)
 	}
@@ -282,12 +282,6 @@ func extendsError(at Pos, err error) error {
 		return List{{Pos: at, Field: "extends", Msg: re.Error(), Hint: "extends must name a profile file: a regular YAML file"}}
 	}
 	return err
-}
-
-func sameFile(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
 // relDisplay shows a path relative to the current directory when that is shorter.

@@ -68,14 +68,8 @@ func (e Env) GrantHost(extra ...string) profile.GrantHost {
 		PropioHome: hostinfo.PropioHome(),
 		Sockets:    append(engineSockets(home), extra...),
 		Resolve:    fsutil.Resolve,
-		SameFile:   sameFile,
+		SameFile:   fsutil.SameFile,
 	}
-}
-
-func sameFile(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
 var errNoEngine = errors.New("not connected to an engine")
