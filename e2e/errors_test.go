@@ -365,3 +365,17 @@ func TestErrorUntrustedProfile(t *testing.T) {
 		refused(t)
 	})
 }
+
+// TestErrorCommandNotFound: a command the image does not have ends with
+// the code a shell gives (127), and a hint that says so, naming the image
+// (the sandbox's init says only that its exec failed).
+func TestErrorCommandNotFound(t *testing.T) {
+	requireAgentImage(t)
+	s := newSandbox(t)
+	p := s.Profile("image: " + agentImage + "\nnetwork: {mode: none}\n")
+	r := s.Run("", "run", "-p", p, "--", "no-such-command", "test")
+	errorsCheck(t, r, 127, nil, []string{"`no-such-command`", "was not found in the image " + agentImage})
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("the run left %v", left)
+	}
+}

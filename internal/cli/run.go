@@ -119,10 +119,42 @@ func (a *app) launchResult(l *sandbox.Launch, code int, err error) error {
 		return withCode{hintError(err, l.Profile, l.Ref), code}
 	case err != nil:
 		return hintError(err, l.Profile, l.Ref)
+	case code == notFound || code == notExecutable:
+		a.commandHint(l, code)
+		return exitCode(code)
 	case code != 0:
 		return exitCode(code)
 	}
 	return nil
+}
+
+// The exit codes a shell (and tini, the sandbox's init) gives for a
+// command it cannot find, or cannot execute.
+const (
+	notExecutable = 126
+	notFound      = 127
+)
+
+// commandHint says what an exit of 127 or 126 most likely means: the
+// command is not in the image, or not a program it can run (tini, the
+// sandbox's init, names only the exec that failed, and a shell only the
+// command).
+func (a *app) commandHint(l *sandbox.Launch, code int) {
+	command := l.Command
+	if len(command) == 0 {
+		command = l.Profile.Command
+	}
+	what := "the sandbox's command"
+	if len(command) > 0 {
+		what = "`" + command[0] + "`"
+	}
+	image := l.Profile.Image
+	if code == notFound {
+		fmt.Fprintf(a.stderr, "%s: hint: exit %d: %s, or a command it ran, was not found in the image %s\n", name, code, what, image)
+		fmt.Fprintf(a.stderr, "%s: hint: use an image that has it, or build one FROM %s with it installed (a profile's build section, see README: Profile format)\n", name, image)
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s: hint: exit %d: %s, or a command it ran, could not be executed in the image %s: not executable, or a program for another architecture\n", name, code, what, image)
 }
 
 // streams are the launcher's own.
