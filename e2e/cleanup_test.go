@@ -149,6 +149,34 @@ func TestCleanupInterruptDuringStart(t *testing.T) {
 	}
 }
 
+// TestCleanupInterruptAllowlistBeforeCreate interrupts an allowlist
+// sandbox's launcher after its gateway runs and before the command's
+// container is created: the proxy holds that create until the launcher has
+// had SIGINT. The gateway running must not make the sandbox look started
+// (the signal would be lost and the command run its minute): the launcher
+// ends at once, the command never starts, and nothing remains.
+func TestCleanupInterruptAllowlistBeforeCreate(t *testing.T) {
+	s := newSandbox(t)
+	yaml := "network:\n  mode: allowlist\n  allow: [allowed.test]\n"
+	r, took := cleanupInterruptOf(t, s, yaml, "/containers/create?name=-run-", holdRequest, "asked to create the command's container", func() {
+		if left := s.Leftovers(); len(left) == 0 {
+			t.Errorf("no gateway runs while the command's create is held; the test proves nothing")
+		}
+	})
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("the launcher exited while these remained: %v", left)
+	}
+	if took > 20*time.Second {
+		t.Errorf("the launcher went on for %s after SIGINT (the command sleeps 1m): the signal was lost", took.Round(time.Second))
+	}
+	if r.Code != 130 {
+		t.Errorf("want exit 130 after SIGINT:\n%s", r)
+	}
+	if strings.Contains(r.Stdout, "ready") {
+		t.Errorf("the command started although the launcher was interrupted before:\n%s", r)
+	}
+}
+
 // cleanupInterruptAt runs `run -- sleep 1m` through a proxy that holds the
 // engine call to path (before the engine has it, or once it has answered),
 // calls whileHeld (if any) during the hold, sends the launcher SIGINT, lets
@@ -156,7 +184,15 @@ func TestCleanupInterruptDuringStart(t *testing.T) {
 // it took after the release. what names the step in failures.
 func cleanupInterruptAt(t *testing.T, s *sandbox, path string, hold cleanupHold, what string, whileHeld func()) (Result, time.Duration) {
 	t.Helper()
-	p := s.Profile("network: {mode: none}\n")
+	return cleanupInterruptOf(t, s, "network: {mode: none}\n", path, hold, what, whileHeld)
+}
+
+// cleanupInterruptOf is cleanupInterruptAt for the profile yaml. A path
+// with a query (`/containers/create?name=-run-`) holds only a call whose
+// query parameter contains that text.
+func cleanupInterruptOf(t *testing.T, s *sandbox, yaml, path string, hold cleanupHold, what string, whileHeld func()) (Result, time.Duration) {
+	t.Helper()
+	p := s.Profile(yaml)
 	px := cleanupStartProxy(t, path, hold)
 	s.Env = append(s.Env, "DOCKER_HOST=unix://"+px.socket)
 
@@ -482,7 +518,7 @@ const (
 	holdResponse
 )
 
-func cleanupStartProxy(t *testing.T, suffix string, when cleanupHold) *cleanupProxy {
+func cleanupStartProxy(t *testing.T, path string, when cleanupHold) *cleanupProxy {
 	t.Helper()
 	engine := engineSocket(t)
 	dir, err := os.MkdirTemp("", "propio-proxy-") // short: socket paths are limited to 108 bytes
@@ -492,8 +528,13 @@ func cleanupStartProxy(t *testing.T, suffix string, when cleanupHold) *cleanupPr
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	px := &cleanupProxy{socket: filepath.Join(dir, "engine.sock"), seen: make(chan struct{}), release: make(chan struct{})}
 	var once sync.Once
+	suffix, query, _ := strings.Cut(path, "?")
+	key, value, _ := strings.Cut(query, "=")
 	hold := func(r *http.Request) {
 		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, suffix) {
+			return
+		}
+		if key != "" && !strings.Contains(r.URL.Query().Get(key), value) {
 			return
 		}
 		first := false

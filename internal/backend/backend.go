@@ -98,11 +98,13 @@ type Runtime interface {
 	Exec(ctx context.Context, project string, o ExecSpec) (code int, err error)
 	// Kill kills the project's running containers at once.
 	Kill(ctx context.Context, project string) error
-	// StopUnstarted stops a sandbox that is not running yet: when none of
-	// the project's containers runs (there are none, or they are created
-	// but not started), it removes them and reports true. A running
-	// sandbox is left alone (it gets the launcher's signals from Run), and
-	// reported false. When it cannot tell, it reports true.
+	// StopUnstarted stops a sandbox whose command has not started yet:
+	// it removes the project's containers that are created but not
+	// started, and reports true (an allowlist's gateway may already run:
+	// the teardown removes it). Once the command's container has been
+	// started (whether it still runs or has ended) it is left alone (it
+	// gets the launcher's signals from Run), and reported false. When it
+	// cannot tell, it reports true.
 	StopUnstarted(ctx context.Context, project string) bool
 	// Remove deletes every container, network and volume of the project,
 	// running or not: all of them, or, when launcher is above zero, only

@@ -3,20 +3,81 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/compose/v5/pkg/api"
 	"github.com/moby/moby/client"
 )
 
-// apiClient is the engine client the Compose SDK uses, with one hook: the
-// SDK forwards the launcher's signals to the sandbox with ContainerKill,
+// apiClient is the engine client the Compose SDK uses, with two hooks.
+//
+// The SDK forwards the launcher's signals to the sandbox with ContainerKill,
 // which fails on a container that is created but not started yet, and the
 // signal would be lost (the sandbox would then run on, its Ctrl+C ignored).
-// The hook hears of that failure, so Run can stop the unstarted sandbox.
+// The first hook hears of that failure, so Run can stop the unstarted
+// sandbox.
+//
+// The second keeps which projects' one-off containers (the sandbox's
+// command) have been started: once started, a container that is gone has
+// ended, and was not "not created yet", which a list of the engine's
+// containers cannot tell apart.
+// createBudget bounds a create the launcher has given up, and the removal
+// of what it made.
+const createBudget = 30 * time.Second
+
 type apiClient struct {
 	client.APIClient
 	mu         sync.Mutex
 	notRunning func(signal string)
+	oneOffs    map[string]string // a one-off container's ID: its project
+	started    map[string]bool   // projects whose one-off has been started
+}
+
+// ContainerCreate finishes a create that the launcher gives up (a signal
+// cancels the run's context while the request is with the engine), and
+// removes what it made: the engine makes the container all the same, and
+// would do it after the teardown has looked for the project's containers.
+func (c *apiClient) ContainerCreate(ctx context.Context, opts client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createBudget)
+	defer cancel()
+	res, err := c.APIClient.ContainerCreate(cctx, opts)
+	if err == nil && ctx.Err() != nil {
+		c.APIClient.ContainerRemove(cctx, res.ID, client.ContainerRemoveOptions{Force: true})
+		return client.ContainerCreateResult{}, ctx.Err()
+	}
+	if err == nil && opts.Config != nil && opts.Config.Labels[api.OneoffLabel] == "True" {
+		c.mu.Lock()
+		if c.oneOffs == nil {
+			c.oneOffs = map[string]string{}
+		}
+		c.oneOffs[res.ID] = opts.Config.Labels[api.ProjectLabel]
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
+func (c *apiClient) ContainerStart(ctx context.Context, id string, opts client.ContainerStartOptions) (client.ContainerStartResult, error) {
+	res, err := c.APIClient.ContainerStart(ctx, id, opts)
+	if err == nil {
+		c.mu.Lock()
+		if project, ok := c.oneOffs[id]; ok {
+			if c.started == nil {
+				c.started = map[string]bool{}
+			}
+			c.started[project] = true
+		}
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
+// oneOffStarted is whether the project's one-off container was started
+// through this client.
+func (c *apiClient) oneOffStarted(project string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started[project]
 }
 
 // onNotRunning sets what to do when a forwarded signal finds the sandbox not

@@ -182,11 +182,16 @@ func (e *Engine) Kill(ctx context.Context, project string) error {
 	return nil
 }
 
-// StopUnstarted stops a sandbox that is not running yet: when nothing is
-// created, or a container is created but not started, it removes what there
-// is and reports true. A running container gets the launcher's signals from
-// the SDK, and is left alone.
+// StopUnstarted stops a sandbox whose command has not started yet: the
+// containers of the project that are created but not started are removed,
+// and it reports true, also while an allowlist's gateway already runs (the
+// teardown removes it). Once the one-off container has been started it
+// gets the launcher's signals from the SDK, and is left alone, also when it
+// has ended and is gone already.
 func (e *Engine) StopUnstarted(ctx context.Context, project string) bool {
+	if e.api.oneOffStarted(project) {
+		return false
+	}
 	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: make(client.Filters).Add("label", LabelProject+"="+project),
@@ -196,11 +201,13 @@ func (e *Engine) StopUnstarted(ctx context.Context, project string) bool {
 	}
 	stopped := true
 	for _, c := range list.Items {
-		if c.State != container.StateCreated {
-			stopped = false
+		if c.Labels[api.OneoffLabel] == "True" && c.State != container.StateCreated {
+			stopped = false // started through another client
 			continue
 		}
-		e.cli.Client().ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		if c.State == container.StateCreated {
+			e.cli.Client().ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		}
 	}
 	return stopped
 }
