@@ -114,6 +114,15 @@ func codexImage(t *testing.T) string {
 		t.Fatalf("building the Codex image: %v\n%s", err, out)
 	}
 	t.Logf("built %s in %s", tag, time.Since(start).Round(time.Second))
+	// The images of other inputs are this test's too: remove those no
+	// container uses (docker refuses the others).
+	if out, err := docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "propio-sandbox-e2e/codex"); err == nil {
+		for _, old := range strings.Fields(out) {
+			if old != tag {
+				docker("rmi", old)
+			}
+		}
+	}
 	return tag
 }
 
@@ -261,6 +270,11 @@ func TestRealAgentCodex(t *testing.T) {
 			}
 			var tried []string
 			for _, e := range decisions(t, s, true) {
+				// Denied by a rule, at once: not a lookup that failed (the
+				// provider's network resolves no real name).
+				if reason, _ := e["reason"].(string); reason == "" || e["error"] != nil {
+					t.Errorf("a denial with no reason, or with an error: %v", e)
+				}
 				if name := fmt.Sprintf("%v:%v", e["host"], e["port"]); e["via"] == way.via && !slices.Contains(tried, name) {
 					tried = append(tried, name)
 				}
