@@ -44,6 +44,14 @@
 //	                              listens on (the printed ports stay the nominal ones) and PROBE_CERT_DIR
 //	                              replaces /certs.
 //
+// The stand-in for an LLM provider, run until killed (see provider.go):
+//
+//	probe provider CMD            OpenAI's Responses API on :80: a turn is answered with a call of the
+//	                              agent's shell tool running CMD, the turn that brings the tool's output
+//	                              with a final message "done: LAST LINE OF THE OUTPUT". It prints
+//	                              "serving provider", then "request METHOD PATH from ADDR",
+//	                              "tool call TOOL CALLID", "tool output CALLID: OUTPUT" and "final message".
+//
 // The stand-in for a git host over SSH, run until killed (in an image with /bin/sh and git):
 //
 //	probe sshd --host-key FILE --authorized-keys FILE [--port 22]
@@ -143,6 +151,9 @@ func main() {
 	case "serve":
 		need(args, 1)
 		serve(args[0])
+	case "provider":
+		need(args, 1)
+		provider(args[0])
 	case "sshd":
 		sshd(args)
 	case "cat":
