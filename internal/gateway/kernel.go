@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -95,7 +97,8 @@ func (t *virtualTable) name(a netip.Addr) (string, bool) {
 // kernel forwards it: its virtual address, forwarding to what the name
 // resolves to upstream. ok is false when the name must go through the
 // user-space listeners instead (the gateway's own address answers it then);
-// a refusedError says the name resolves to an address no rule can allow.
+// a refusedError says the name resolves to an address no rule can allow, a
+// lookupError that it could not be resolved.
 func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bool, error) {
 	if c.Kernel == nil || c.virtual == nil {
 		return netip.Addr{}, false, nil
@@ -103,7 +106,10 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 	ctx, cancel := context.WithTimeout(ctx, dnsLookupTimeout)
 	defer cancel()
 	addrs, err := c.resolve(ctx, name)
-	if err != nil || len(addrs) == 0 {
+	if err != nil {
+		return netip.Addr{}, false, &lookupError{fmt.Errorf("resolving %s: %w", name, err)}
+	}
+	if len(addrs) == 0 {
 		return netip.Addr{}, false, nil // the user-space path says why, per connection
 	}
 	var up netip.Addr
@@ -155,6 +161,13 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 		v.upstream, v.ports = up, ports
 	}
 	return v.addr, true, nil
+}
+
+// notFound reports whether the name does not exist (rather than the lookup
+// failing for now).
+func (e *lookupError) notFound() bool {
+	var dnsErr *net.DNSError
+	return errors.As(e.err, &dnsErr) && dnsErr.IsNotFound
 }
 
 // allowedPorts are the ports the policy allows name on: 80 and 443 by a rule
