@@ -19,17 +19,21 @@ import (
 // with a virtual address of its own, taken from Config.Virtual, and has the
 // kernel of the gateway's network namespace forward (DNAT) connections to it,
 // on the ports the policy allows for that name, to the address the name
-// resolved to upstream. Everything else sent to a virtual address is
-// redirected to the gateway's catch listener, which logs it as denied and
-// resets it. The user-space listeners stay for the proxies, for a name whose
+// resolved to upstream. A connection to a name's virtual address on another
+// port is refused by the kernel, as a closed port is (a reset to its SYN:
+// the client sees ECONNREFUSED at once, where an accepted-then-reset
+// connection left Node's fetch hanging), and logged from its connection
+// tracking (LogRefused). Everything else sent to a virtual address (one no
+// name has) is redirected to the gateway's catch listener, which logs it as
+// denied and resets it. The user-space listeners stay for the proxies, for a name whose
 // upstream the kernel cannot take (no IPv4 address, lookup failed), and for a
 // gateway that runs without a Kernel.
 
 // Kernel forwards connections in the kernel.
 type Kernel interface {
 	// Forward makes TCP connections to v on each of ports go to upstream to
-	// on the same port, replacing whatever v forwarded before; with no
-	// ports, v forwards nothing.
+	// on the same port, and refuses those on any other port as a closed port
+	// does, replacing whatever v forwarded before.
 	Forward(v netip.Addr, ports []uint16, to netip.Addr) error
 	// Original is where a connection the kernel redirected to the catch
 	// listener was going.
@@ -199,6 +203,24 @@ func (c *Config) LogForwarded(k Conn) {
 		// Forwarded, yet not allowed now: the name's virtual address was
 		// given to another name while this connection lasted.
 		e.Error = "forwarded by the kernel to " + k.Upstream.String()
+	}
+	c.record(e)
+}
+
+// LogRefused logs a connection the kernel refused: one to a virtual address
+// on a port the policy does not allow for its name.
+func (c *Config) LogRefused(k Conn) {
+	name, ok := c.virtual.name(k.Dst.Addr())
+	if !ok {
+		name = k.Dst.Addr().String()
+	}
+	e := c.decide(net.TCPAddrFromAddrPort(k.Client), "nat", name, k.Dst.Port())
+	if !k.Start.IsZero() {
+		e.Time = k.Start.UTC()
+	}
+	if e.Allowed {
+		// The name's ports changed as it connected.
+		e.Allowed, e.Rule, e.Reason = false, "", "refused by the kernel: port "+fmt.Sprint(k.Dst.Port())+" was not forwarded when it connected"
 	}
 	c.record(e)
 }

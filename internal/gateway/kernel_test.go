@@ -186,6 +186,25 @@ func TestCatchAndForwardedLog(t *testing.T) {
 	}
 }
 
+// TestLogRefused: a connection the kernel refused (a port its name is not
+// allowed on) is logged as denied, with the name and port it was going to.
+func TestLogRefused(t *testing.T) {
+	c, log := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
+	a, _, _ := c.virtualAnswer(context.Background(), "ssh.test")
+	c.LogRefused(Conn{Start: time.Unix(7, 0), Client: netip.MustParseAddrPort("127.0.0.1:40001"), Dst: netip.AddrPortFrom(a, 80)})
+	c.LogRefused(Conn{Start: time.Unix(8, 0), Client: netip.MustParseAddrPort("10.99.0.3:40002"), Dst: netip.AddrPortFrom(a, 22)})
+	got := log.entries(t)
+	if len(got) != 2 {
+		t.Fatalf("logged %+v, want two entries", got)
+	}
+	checkEntry(t, got[0], "nat", "ssh.test", 80, false, "", "no network.allow rule matches")
+	// Port 22 is allowed: refused only because its ports changed as it
+	// connected; denied all the same.
+	if e := got[1]; e.Allowed || e.Port != 22 || !strings.Contains(e.Reason, "was not forwarded") || !e.Time.Equal(time.Unix(8, 0)) {
+		t.Errorf("a refused connection to an allowed port logged as %+v", e)
+	}
+}
+
 func TestAllowedPorts(t *testing.T) {
 	c, _ := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
 	for name, want := range map[string][]uint16{
