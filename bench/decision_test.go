@@ -51,7 +51,9 @@ func TestGatewayDecision(t *testing.T) {
 	}{
 		{"dns, allowed name (A)", func() error { return dnsAsk(addrs["dns-udp"], "registry.npmjs.org.", dnsmessage.RCodeSuccess) }},
 		{"dns, denied name (NXDOMAIN)", func() error { return dnsAsk(addrs["dns-udp"], "denied.test.", dnsmessage.RCodeNameError) }},
-		{"http proxy, denied (403)", func() error { return proxyAsk(addrs["http-proxy"], "GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n") }},
+		{"http proxy, denied (403)", func() error {
+			return proxyAsk(addrs["http-proxy"], "GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+		}},
 		{"connect, denied (403)", func() error {
 			return proxyAsk(addrs["http-proxy"], "CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n")
 		}},
