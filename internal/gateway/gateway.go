@@ -6,7 +6,7 @@
 //   - explicit: an HTTP proxy (absolute-URI requests and CONNECT) and a SOCKS5
 //     proxy, for tools that honour HTTP_PROXY, HTTPS_PROXY and ALL_PROXY;
 //   - transparent: a DNS responder that answers allowed names with the
-//     gateway's own address and refuses the rest, a TLS listener that routes
+//     gateway's own address and the rest NXDOMAIN, a TLS listener that routes
 //     by SNI, an HTTP listener that routes by Host, and TCP forwards for
 //     host:port rules, for tools that ignore proxy variables.
 //

@@ -226,8 +226,9 @@ func (c *Config) LogRefused(k Conn) {
 }
 
 // ServeCatch serves the catch listener: the kernel redirects to it every
-// connection to a virtual address that it does not forward. Each is logged
-// as denied, with the name and port the client dialled, and reset.
+// connection to a virtual address that stands for no name (the kernel
+// refuses a name's other ports itself). Each is logged as denied, with the
+// name and port the client dialled, and reset.
 func (c *Config) ServeCatch(l net.Listener) error {
 	return c.acceptEach(l, "nat", func(ctx context.Context, conn net.Conn) {
 		dst, err := c.Kernel.Original(conn)
