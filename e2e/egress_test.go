@@ -381,12 +381,13 @@ func testAllowlist(t *testing.T, kernel bool) {
 	})
 	t.Run("bypass/dns tunnelling through the gateway", func(t *testing.T) {
 		name := "c2VjcmV0LWRhdGE.exfil.denied.test"
+		// A denied name does not exist, for every type of query.
 		out, _ := r.Probe("dns", r.Gateway+":53", name, "A")
-		if !strings.Contains(out, "rcode REFUSED") {
+		if !strings.Contains(out, "rcode NXDOMAIN") || len(answers(out)) > 0 {
 			t.Errorf("the gateway answered a query for a denied name:\n%s", out)
 		}
 		out, _ = r.Probe("dns", r.Gateway+":53", name, "AAAA")
-		if !strings.Contains(out, "rcode REFUSED") {
+		if !strings.Contains(out, "rcode NXDOMAIN") || len(answers(out)) > 0 {
 			t.Errorf("the gateway answered an AAAA query for a denied name:\n%s", out)
 		}
 	})
@@ -637,12 +638,16 @@ echo "ssh=${SSH_AUTH_SOCK:-unset} gh=${GITHUB_TOKEN:-unset} key=${ANTHROPIC_API_
 echo "dotenv=[$(cat .env)]"
 git config --global user.name || echo "no git identity"
 echo "denied=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://denied.test/)"
+curl -s --max-time 10 http://denied.test/ | grep -e 'init --extends' -e '- "denied.test"'
 touch /usr/local/probe-write 2>&1 || true`
 			res = s.Run("", "-p", name, "--", "bash", "-c", script)
 			if res.Code != 0 {
 				t.Fatalf("run -p %s:\n%s", name, res)
 			}
-			for _, want := range []string{"proxy=http://198.1", "ssh=unset gh=unset key=set", "dotenv=[]", "no git identity", "denied=403", "Read-only file system"} {
+			for _, want := range []string{"proxy=http://198.1", "ssh=unset gh=unset key=set", "dotenv=[]", "no git identity", "denied=403", "Read-only file system",
+				// A built-in cannot be edited: the 403 says how to make a
+				// profile that extends it, and the line to add.
+				"    propio-sandbox init --extends " + name + "\n", `        - "denied.test"`} {
 				if !strings.Contains(res.Stdout, want) {
 					t.Errorf("run -p %s: want %q in:\n%s", name, want, res)
 				}

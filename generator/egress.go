@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
@@ -238,8 +239,14 @@ func ResolvConf(addr netip.Addr) string {
 }
 
 // egressSource is where the profile's allow list is, for the gateway's
-// denial hints: FILE:LINE of network.allow, or of network, or the file.
+// denial hints: FILE:LINE of network.allow, or of network, or the file. A
+// user's profile whose allow list is all inherited from a built-in (which
+// nobody can edit) is named as its own file, without a line: the hint then
+// says to add the lines there.
 func egressSource(p *profile.Profile) string {
 	pos := p.Pos("network", "allow")
+	if strings.HasPrefix(pos.File, "builtin:") && !strings.HasPrefix(p.Meta.File, "builtin:") {
+		return p.Meta.File
+	}
 	return pos.File + ":" + strconv.Itoa(pos.Line)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
@@ -12,15 +14,18 @@ import (
 )
 
 func newLogs(a *app) *cobra.Command {
-	var denied, asJSON bool
+	var denied, failed, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "logs [--denied] [--json] [PROJECT]",
+		Use:   "logs [--denied] [--errors] [--json] [PROJECT]",
 		Short: "Show the egress gateway's decisions for the latest allowlist sandbox of this directory",
 		Long: `Show what the egress gateway of an allowlist sandbox (network.mode allowlist, as in
-the strict and standard profiles) allowed and denied: time, client, way in (http,
-connect, socks5, dns, sni, host, tcp), host, port, the rule that decided, and bytes
+the strict and standard profiles) allowed, denied, and allowed but could not
+carry (failed: a name that does not resolve, an upstream that does not answer),
+one line per decision, in the order they happened: time, outcome, way in (http,
+connect, socks5, dns, nat, sni, host, tcp), destination, client, why, and bytes
 each way. Without PROJECT, the latest sandbox started in this directory; the log
-grows while it runs, so this works during a run as well as after it.`,
+grows while it runs, so this works during a run as well as after it (a
+connection is listed once it has ended).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path, err := findLog(args)
@@ -31,16 +36,15 @@ grows while it runs, so this works during a run as well as after it.`,
 			if err != nil {
 				return err
 			}
-			if denied {
-				entries = onlyDenied(entries)
-			}
+			entries = onlyOutcomes(entries, denied, failed)
 			if asJSON {
 				return printLogJSON(a.stdout, entries)
 			}
 			return printLogTable(a.stdout, entries)
 		},
 	}
-	cmd.Flags().BoolVar(&denied, "denied", false, "show only denied connections and queries")
+	cmd.Flags().BoolVar(&denied, "denied", false, "show only denied connections and queries (with --errors: and the failures)")
+	cmd.Flags().BoolVar(&failed, "errors", false, "show only what was allowed but failed: names that did not resolve, upstreams that did not answer")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decisions as JSON lines")
 	return cmd
 }
@@ -68,11 +72,23 @@ func findLog(args []string) (string, error) {
 	return path, err
 }
 
-func onlyDenied(entries []decisionlog.Entry) []decisionlog.Entry {
+// onlyOutcomes keeps the denied entries, the failed ones, or both; all of
+// them when neither is asked for.
+func onlyOutcomes(entries []decisionlog.Entry, denied, failed bool) []decisionlog.Entry {
+	if !denied && !failed {
+		return entries
+	}
 	var out []decisionlog.Entry
 	for _, en := range entries {
-		if !en.Allowed {
-			out = append(out, en)
+		switch en.Outcome() {
+		case decisionlog.Denied:
+			if denied {
+				out = append(out, en)
+			}
+		case decisionlog.Failed:
+			if failed {
+				out = append(out, en)
+			}
 		}
 	}
 	return out
@@ -92,15 +108,15 @@ func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tDECISION\tVIA\tDESTINATION\tCLIENT\tWHY\tUP\tDOWN")
 	for _, en := range entries {
-		decision := "denied"
-		if en.Allowed {
-			decision = "allowed"
-		}
 		why := en.Reason
 		if en.Error != "" {
 			why += " (" + en.Error + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s:%d\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), decision, en.Via, en.Host, en.Port, en.Client, why, en.BytesUp, en.BytesDown)
+		dest := en.Host
+		if en.Port != 0 { // a DNS query has a name and no port
+			dest = net.JoinHostPort(en.Host, strconv.Itoa(int(en.Port)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(), en.Via, dest, en.Client, why, en.BytesUp, en.BytesDown)
 	}
 	return tw.Flush()
 }

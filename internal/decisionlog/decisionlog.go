@@ -70,6 +70,29 @@ type Entry struct {
 	Error     string    `json:"error,omitempty"`
 }
 
+// Outcome is what became of a decision, as `logs` shows it.
+type Outcome string
+
+const (
+	Allowed Outcome = "allowed" // the rules allowed it and it went through
+	Denied  Outcome = "denied"  // the rules, or the addresses no rule can allow, refused it
+	// Failed: the rules allowed it, but it did not go through: the name did
+	// not resolve, or the upstream did not answer.
+	Failed Outcome = "failed"
+)
+
+// Outcome is what became of e: Denied when it was not allowed, Failed when
+// it was allowed but has an error, else Allowed.
+func (e Entry) Outcome() Outcome {
+	switch {
+	case !e.Allowed:
+		return Denied
+	case e.Error != "":
+		return Failed
+	}
+	return Allowed
+}
+
 // Start creates the log of h.Project in dir, owned by the user and readable
 // by no one else, with its header line, and returns its path; the gateway
 // appends to it. It then prunes dir to the Keep newest logs. A log of the
@@ -147,9 +170,10 @@ func (l *Writer) Close() error {
 	return l.c.Close()
 }
 
-// Read returns the entries of the log at path. A last line without its
-// newline is one the gateway is writing as the log is read (the sandbox
-// still runs): it is left for the next time.
+// Read returns the entries of the log at path, in the order they happened
+// (by Time; a connection is written when it ends, with the time it was
+// decided). A last line without its newline is one the gateway is writing as
+// the log is read (the sandbox still runs): it is left for the next time.
 func Read(path string) ([]Entry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -166,6 +190,7 @@ func Read(path string) ([]Entry, error) {
 		}
 		out = append(out, e)
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out, nil
 }
 

@@ -131,6 +131,34 @@ func TestReadLeavesATornLastLine(t *testing.T) {
 	}
 }
 
+// TestReadInTimeOrder: a connection is written when it ends, after what was
+// decided while it lasted; Read puts every entry where its time is, and
+// keeps the written order of entries of one time. A log written before the
+// outcome "failed" existed (allowed, with an error) reads as failures.
+func TestReadInTimeOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.jsonl")
+	text := `{"time":"2026-11-22T10:00:00Z","event":"start","project":"p","workspace":"/w","profile":"x"}` + "\n" +
+		`{"time":"2026-11-22T10:00:02Z","via":"dns","host":"b.test","allowed":false,"reason":"r"}` + "\n" +
+		`{"time":"2026-11-22T10:00:01Z","via":"nat","host":"a.test","port":443,"allowed":true,"reason":"r","bytes_down":9}` + "\n" +
+		`{"time":"2026-11-22T10:00:02Z","via":"dns","host":"c.test","allowed":true,"reason":"r","error":"no such host"}` + "\n" +
+		`{"time":"2026-11-22T10:00:00.5Z","via":"dns","host":"a.test","allowed":true,"reason":"r"}` + "\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range got {
+		order = append(order, e.Via+" "+e.Host+" "+string(e.Outcome()))
+	}
+	want := []string{"dns a.test allowed", "nat a.test allowed", "dns b.test denied", "dns c.test failed"}
+	if !reflect.DeepEqual(order, want) {
+		t.Errorf("Read in the order %q, want %q", order, want)
+	}
+}
+
 func TestWriterKeepsLinesWhole(t *testing.T) {
 	var buf strings.Builder
 	w := NewWriter(&lockedWriter{w: &buf})

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -38,9 +39,15 @@ const dnsLookupTimeout = 3 * time.Second
 // connection comes to the gateway's TLS, HTTP or TCP listeners, which decide
 // it again with its port; or, when the gateway's kernel forwards (Config.
 // Kernel), an A query with the name's virtual address (see kernel.go), for
-// which the gateway resolves the allowed name upstream. Every other query is
-// refused. A query for a denied name, and whatever a DNS tunnel hides in it,
-// reaches nobody.
+// which the gateway resolves the allowed name upstream. A query of another
+// type for an allowed name gets an empty answer (NOERROR, no records). A
+// denied name does not exist: every query for it is answered NXDOMAIN, which
+// glibc's and musl's resolvers both take as final (musl retries a REFUSED
+// until it times out). A query for a denied name, and whatever a DNS tunnel
+// hides in it, reaches nobody.
+//
+// Each decision is logged once: the A and AAAA queries a client sends
+// together, and the same query repeated, within dnsTTL, are one line.
 type DNS struct {
 	Config *Config
 	// Answer is the gateway's IPv4 address on the sandbox network.
@@ -48,6 +55,15 @@ type DNS struct {
 	// Answer6 is its IPv6 address; when it is not set, AAAA queries for
 	// allowed names get an empty answer.
 	Answer6 netip.Addr
+
+	mu     sync.Mutex
+	logged map[dnsDecision]time.Time // when each decision was last logged
+}
+
+// dnsDecision is what a DNS log line says, for telling a repeat.
+type dnsDecision struct {
+	name, rule, reason, err string
+	allowed                 bool
 }
 
 // ServeUDP answers the queries that arrive on pc until pc is closed, then
@@ -148,36 +164,68 @@ func (d *DNS) respond(client net.Addr, query []byte) []byte {
 		d.log(client, name, false, "", "only class IN queries are answered, not "+strings.TrimPrefix(q.Class.String(), "Class"), "")
 		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
 	}
-	if q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeAAAA {
-		d.log(client, name, false, "", "only A and AAAA queries are answered, not "+strings.TrimPrefix(q.Type.String(), "Type"), "")
-		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
-	}
 	dec := nameDecision(d.Config.Policy, name)
 	if !dec.Allowed {
 		d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
-		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
+		return dnsReply(h, q, dnsmessage.RCodeNameError, netip.Addr{})
 	}
-	answer := d.Answer
-	if q.Type == dnsmessage.TypeAAAA {
+	var answer netip.Addr
+	switch q.Type {
+	case dnsmessage.TypeA:
+		answer = d.Answer
+		v, ok, err := d.Config.virtualAnswer(context.Background(), name)
+		var refused *refusedError
+		var lookup *lookupError
+		switch {
+		case errors.As(err, &refused):
+			// Allowed, but it resolves to what no rule can allow: nothing
+			// would pass, so say it now.
+			d.log(client, name, false, "", err.Error(), "")
+			return dnsReply(h, q, dnsmessage.RCodeNameError, netip.Addr{})
+		case errors.As(err, &lookup) && lookup.notFound():
+			// Allowed, but there is no such name: the client learns it now.
+			d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, lookup.Error())
+			return dnsReply(h, q, dnsmessage.RCodeNameError, netip.Addr{})
+		case err != nil:
+			// Not resolved now: the gateway's listeners try again, per
+			// connection; the failure is logged as one.
+			d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, err.Error())
+			return dnsReply(h, q, dnsmessage.RCodeSuccess, answer)
+		case ok:
+			answer = v
+		}
+	case dnsmessage.TypeAAAA:
 		answer = d.Answer6
-	} else if v, ok, err := d.Config.virtualAnswer(context.Background(), name); err != nil {
-		// Allowed, but it resolves to what no rule can allow: nothing
-		// would pass, so say it now.
-		d.log(client, name, false, "", err.Error(), "")
-		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
-	} else if ok {
-		answer = v
 	}
 	d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
 	return dnsReply(h, q, dnsmessage.RCodeSuccess, answer)
 }
 
 func (d *DNS) log(client net.Addr, name string, allowed bool, rule, reason, errText string) {
-	e := decisionlog.Entry{Time: d.Config.now().UTC(), Via: "dns", Host: name, Allowed: allowed, Rule: rule, Reason: reason, Error: errText}
+	now := d.Config.now()
+	if d.repeat(dnsDecision{name: name, rule: rule, reason: reason, err: errText, allowed: allowed}, now) {
+		return
+	}
+	e := decisionlog.Entry{Time: now.UTC(), Via: "dns", Host: name, Allowed: allowed, Rule: rule, Reason: reason, Error: errText}
 	if client != nil {
 		e.Client = client.String()
 	}
 	_ = d.Config.Log.Write(e)
+}
+
+// repeat reports whether dec was logged less than dnsTTL before now, and
+// otherwise notes that it is logged now.
+func (d *DNS) repeat(dec dnsDecision, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if last, ok := d.logged[dec]; ok && now.Sub(last) >= 0 && now.Sub(last) < dnsTTL*time.Second {
+		return true
+	}
+	if d.logged == nil || len(d.logged) >= 4096 {
+		d.logged = map[dnsDecision]time.Time{}
+	}
+	d.logged[dec] = now
+	return false
 }
 
 // dnsReply builds a response to h that repeats the question q (if any) and,

@@ -175,19 +175,23 @@ func TestDNS(t *testing.T) {
 		"allowed, mixed case":     {name: "ALLOWED.Test.", typ: dnsmessage.TypeA, answer: gatewayAddr, reason: "allowed by"},
 		"wildcard subdomain":      {name: "a.wild.test.", typ: dnsmessage.TypeA, answer: gatewayAddr, reason: `"*.wild.test"`},
 		"deeper subdomain":        {name: "x.y.wild.test.", typ: dnsmessage.TypeA, answer: gatewayAddr, reason: `"*.wild.test"`},
-		"wildcard's bare domain":  {name: "wild.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeRefused, reason: "no network.allow rule matches"},
-		"denied by a deny rule":   {name: "bad.wild.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeRefused, reason: `denied by network.deny "bad.wild.test"`},
-		"denied":                  {name: "denied.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeRefused, reason: "no network.allow rule matches"},
-		"denied AAAA":             {name: "denied2.test.", typ: dnsmessage.TypeAAAA, rcode: dnsmessage.RCodeRefused, reason: "no network.allow rule matches"},
-		"subdomain of an allowed": {name: "x.allowed.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeRefused, reason: "no network.allow rule matches"},
+		"wildcard's bare domain":  {name: "wild.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
+		"denied by a deny rule":   {name: "bad.wild.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeNameError, reason: `denied by network.deny "bad.wild.test"`},
+		"denied":                  {name: "denied.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
+		"denied AAAA":             {name: "denied2.test.", typ: dnsmessage.TypeAAAA, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
+		"subdomain of an allowed": {name: "x.allowed.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
 		"host:port rule":          {name: "ssh.test.", typ: dnsmessage.TypeA, answer: gatewayAddr, reason: `"ssh.test:22"`},
-		"address as a name":       {name: "192.0.2.7.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeRefused, reason: "an address is not a name"},
-		"TXT of an allowed name":  {name: "txt.allowed.test.", typ: dnsmessage.TypeTXT, rcode: dnsmessage.RCodeRefused, reason: "only A and AAAA queries are answered, not TXT"},
-		"MX":                      {name: "mx.wild.test.", typ: dnsmessage.TypeMX, rcode: dnsmessage.RCodeRefused, reason: "not MX"},
-		"ANY":                     {name: "any.wild.test.", typ: dnsmessage.TypeALL, rcode: dnsmessage.RCodeRefused, reason: "not ALL"},
-		"tunnel through TXT":      {name: "aGVsbG8gd29ybGQ.t1.denied.test.", typ: dnsmessage.TypeTXT, rcode: dnsmessage.RCodeRefused, reason: "not TXT"},
-		"tunnel through A":        {name: "aGVsbG8gd29ybGQ.t2.denied.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeRefused, reason: "no network.allow rule matches"},
-		"class CHAOS":             {name: "version.wild.test.", typ: dnsmessage.TypeA, class: dnsmessage.ClassCHAOS, rcode: dnsmessage.RCodeRefused, reason: "only class IN"},
+		"address as a name":       {name: "192.0.2.7.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeNameError, reason: "an address is not a name"},
+		// An allowed name has no records of other types: an empty answer,
+		// so a client asking for them (HTTPS, MX) moves on at once.
+		"TXT of an allowed name": {name: "txt.wild.test.", typ: dnsmessage.TypeTXT, reason: `"*.wild.test"`},
+		"MX":                     {name: "mx.wild.test.", typ: dnsmessage.TypeMX, reason: `"*.wild.test"`},
+		"ANY":                    {name: "any.wild.test.", typ: dnsmessage.TypeALL, reason: `"*.wild.test"`},
+		"HTTPS":                  {name: "https.wild.test.", typ: dnsmessage.Type(65), reason: `"*.wild.test"`},
+		"TXT of a denied name":   {name: "txt.allowed.test.", typ: dnsmessage.TypeTXT, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
+		"tunnel through TXT":     {name: "aGVsbG8gd29ybGQ.t1.denied.test.", typ: dnsmessage.TypeTXT, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
+		"tunnel through A":       {name: "aGVsbG8gd29ybGQ.t2.denied.test.", typ: dnsmessage.TypeA, rcode: dnsmessage.RCodeNameError, reason: "no network.allow rule matches"},
+		"class CHAOS":            {name: "version.wild.test.", typ: dnsmessage.TypeA, class: dnsmessage.ClassCHAOS, rcode: dnsmessage.RCodeRefused, reason: "only class IN"},
 	}
 	for _, network := range []string{"udp", "tcp"} {
 		t.Run(network, func(t *testing.T) {
@@ -306,7 +310,7 @@ func TestDNSNoAnswer6(t *testing.T) {
 		rcode dnsmessage.RCode
 	}{
 		{"allowed.test.", dnsmessage.RCodeSuccess}, // NOERROR, no records: the client falls back to A
-		{"denied.test.", dnsmessage.RCodeRefused},
+		{"denied.test.", dnsmessage.RCodeNameError},
 	} {
 		rcode, answers := parseResponse(t, dnsExchange(t, "udp", g.udp, dnsQuery(t, 3, tt.name, dnsmessage.TypeAAAA, dnsmessage.ClassINET), 5*time.Second), 3, 1)
 		if rcode != tt.rcode || len(answers) != 0 {

@@ -6,7 +6,7 @@
 //   - explicit: an HTTP proxy (absolute-URI requests and CONNECT) and a SOCKS5
 //     proxy, for tools that honour HTTP_PROXY, HTTPS_PROXY and ALL_PROXY;
 //   - transparent: a DNS responder that answers allowed names with the
-//     gateway's own address and refuses the rest, a TLS listener that routes
+//     gateway's own address and the rest NXDOMAIN, a TLS listener that routes
 //     by SNI, an HTTP listener that routes by Host, and TCP forwards for
 //     host:port rules, for tools that ignore proxy variables.
 //
@@ -38,8 +38,11 @@ import (
 // Config is what one gateway enforces and how it reaches the outside.
 type Config struct {
 	Policy egress.Policy
-	// Profile is where the profile's network.allow is, as FILE:LINE (or
-	// FILE), for the hint in a denial; it is quoted as it is.
+	// Profile is where the profile's network.allow is, for the hint in a
+	// denial; it is quoted as it is. FILE:LINE: a rule to add there; FILE
+	// alone: a user's file with no allow list of its own, the lines to add;
+	// builtin:NAME:LINE: a built-in, which nobody can edit, so a profile of
+	// the user's own extending it (`init --extends NAME`), and the lines.
 	Profile string
 	// DenyAt is where network.deny is, as FILE:LINE; Profile when empty.
 	DenyAt string
@@ -152,7 +155,7 @@ func (c *Config) DenialHint(host string, port uint16) string {
 		return "propio-sandbox gateway: " + target + " is allowed (" + d.Reason + ").\n"
 	}
 	head := "propio-sandbox gateway: " + target + " is not allowed (" + d.Reason + ").\n"
-	add := "add to network.allow (" + where + "):\n    - " + strconv.Quote(target) + "\n"
+	add := c.allowAdvice(target)
 	switch {
 	case d.AlwaysDenied:
 		return head + "It can never be allowed: no rule in " + where + " can change that.\n"
@@ -171,10 +174,43 @@ func (c *Config) DenialHint(host string, port uint16) string {
 			return head + "Removing " + that + " would allow it (network.allow " + strconv.Quote(after.Rule) + " matches).\n"
 		}
 		return head + "To allow it, remove " + that + " and " + add
-	case isAddress(host):
+	case isAddress(host) && c.allowListAt():
 		return head + "To allow it, add an address rule to network.allow (" + where + "):\n    - " + strconv.Quote(target) + "\n"
 	}
 	return head + "To allow it, " + add
+}
+
+// allowAdvice says how to add an allow rule for target, by where
+// Config.Profile says the allow list is: under network.allow at FILE:LINE; in
+// a file that has none of its own (FILE alone), as a whole network.allow; or,
+// for a built-in profile (builtin:NAME:LINE), which nobody can edit, in a
+// profile of the user's own that extends it, with the command that makes one.
+func (c *Config) allowAdvice(target string) string {
+	where := cmp.Or(c.Profile, "the profile")
+	lines := "    network:\n      allow:\n        - " + strconv.Quote(target) + "\n"
+	if rest, ok := strings.CutPrefix(c.Profile, "builtin:"); ok {
+		name, _, _ := strings.Cut(rest, ":")
+		return "make a profile of your own that extends the built-in " + name + " (" + where + " cannot be edited):\n" +
+			"    propio-sandbox init --extends " + name + "\n" +
+			"then add these lines to the .propio/sandbox.yaml it writes, and run `propio-sandbox trust`:\n" + lines
+	}
+	if !c.allowListAt() {
+		return "add these lines to " + where + " (allow: under its network: section, if it has one):\n" + lines
+	}
+	return "add to network.allow (" + where + "):\n    - " + strconv.Quote(target) + "\n"
+}
+
+// allowListAt reports whether Config.Profile is FILE:LINE of an allow list
+// the user can edit (or unknown), rather than a built-in or a file alone.
+func (c *Config) allowListAt() bool {
+	if c.Profile == "" {
+		return true
+	}
+	if strings.HasPrefix(c.Profile, "builtin:") {
+		return false
+	}
+	i := strings.LastIndexByte(c.Profile, ':')
+	return i >= 0 && i < len(c.Profile)-1 && strings.Trim(c.Profile[i+1:], "0123456789") == ""
 }
 
 // isAddress reports whether host is an address rather than a name.

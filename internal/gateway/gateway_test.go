@@ -76,6 +76,32 @@ func TestDenialHint(t *testing.T) {
 			want: "propio-sandbox gateway: ssh.test:2376 is not allowed (the container engine's API port is always denied, on any host).\n" +
 				"It can never be allowed: no rule in " + where + " can change that.\n",
 		},
+		// A built-in profile cannot be edited: the hint gives the command
+		// that makes one of the user's own extending it, and the lines.
+		"under a built-in": {
+			profile: "builtin:strict:55", host: "pypi.test", port: 443,
+			want: "propio-sandbox gateway: pypi.test is not allowed (no network.allow rule matches).\n" +
+				"To allow it, make a profile of your own that extends the built-in strict (builtin:strict:55 cannot be edited):\n" +
+				"    propio-sandbox init --extends strict\n" +
+				"then add these lines to the .propio/sandbox.yaml it writes, and run `propio-sandbox trust`:\n" +
+				"    network:\n      allow:\n        - \"pypi.test\"\n",
+		},
+		"a raw address under a built-in": {
+			profile: "builtin:standard:40", host: "203.0.113.7", port: 443,
+			want: "propio-sandbox gateway: 203.0.113.7 is not allowed (raw addresses are denied unless an address rule allows them).\n" +
+				"To allow it, make a profile of your own that extends the built-in standard (builtin:standard:40 cannot be edited):\n" +
+				"    propio-sandbox init --extends standard\n" +
+				"then add these lines to the .propio/sandbox.yaml it writes, and run `propio-sandbox trust`:\n" +
+				"    network:\n      allow:\n        - \"203.0.113.7\"\n",
+		},
+		// A user's profile whose allow list is all inherited: the lines to
+		// add to it.
+		"a file without an allow list": {
+			profile: "/home/me/mine.yaml", host: "pypi.test", port: 443,
+			want: "propio-sandbox gateway: pypi.test is not allowed (no network.allow rule matches).\n" +
+				"To allow it, add these lines to /home/me/mine.yaml (allow: under its network: section, if it has one):\n" +
+				"    network:\n      allow:\n        - \"pypi.test\"\n",
+		},
 		"allowed": {
 			host: "ssh.test", port: 22,
 			want: "propio-sandbox gateway: ssh.test:22 is allowed (allowed by network.allow \"ssh.test:22\").\n",
@@ -87,8 +113,12 @@ func TestDenialHint(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := &Config{Policy: p, Profile: where}
-			if tt.profile == "-" {
+			switch tt.profile {
+			case "":
+			case "-":
 				c.Profile = ""
+			default:
+				c.Profile = tt.profile
 			}
 			if got := c.DenialHint(tt.host, tt.port); got != tt.want {
 				t.Errorf("DenialHint(%q, %d):\n%s\nwant:\n%s", tt.host, tt.port, got, tt.want)

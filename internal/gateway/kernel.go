@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -17,17 +19,21 @@ import (
 // with a virtual address of its own, taken from Config.Virtual, and has the
 // kernel of the gateway's network namespace forward (DNAT) connections to it,
 // on the ports the policy allows for that name, to the address the name
-// resolved to upstream. Everything else sent to a virtual address is
-// redirected to the gateway's catch listener, which logs it as denied and
-// resets it. The user-space listeners stay for the proxies, for a name whose
+// resolved to upstream. A connection to a name's virtual address on another
+// port is refused by the kernel, as a closed port is (a reset to its SYN:
+// the client sees ECONNREFUSED at once, where an accepted-then-reset
+// connection left Node's fetch hanging), and logged from its connection
+// tracking (LogRefused). Everything else sent to a virtual address (one no
+// name has) is redirected to the gateway's catch listener, which logs it as
+// denied and resets it. The user-space listeners stay for the proxies, for a name whose
 // upstream the kernel cannot take (no IPv4 address, lookup failed), and for a
 // gateway that runs without a Kernel.
 
 // Kernel forwards connections in the kernel.
 type Kernel interface {
 	// Forward makes TCP connections to v on each of ports go to upstream to
-	// on the same port, replacing whatever v forwarded before; with no
-	// ports, v forwards nothing.
+	// on the same port, and refuses those on any other port as a closed port
+	// does, replacing whatever v forwarded before.
 	Forward(v netip.Addr, ports []uint16, to netip.Addr) error
 	// Original is where a connection the kernel redirected to the catch
 	// listener was going.
@@ -95,7 +101,8 @@ func (t *virtualTable) name(a netip.Addr) (string, bool) {
 // kernel forwards it: its virtual address, forwarding to what the name
 // resolves to upstream. ok is false when the name must go through the
 // user-space listeners instead (the gateway's own address answers it then);
-// a refusedError says the name resolves to an address no rule can allow.
+// a refusedError says the name resolves to an address no rule can allow, a
+// lookupError that it could not be resolved.
 func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bool, error) {
 	if c.Kernel == nil || c.virtual == nil {
 		return netip.Addr{}, false, nil
@@ -103,7 +110,10 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 	ctx, cancel := context.WithTimeout(ctx, dnsLookupTimeout)
 	defer cancel()
 	addrs, err := c.resolve(ctx, name)
-	if err != nil || len(addrs) == 0 {
+	if err != nil {
+		return netip.Addr{}, false, &lookupError{fmt.Errorf("resolving %s: %w", name, err)}
+	}
+	if len(addrs) == 0 {
 		return netip.Addr{}, false, nil // the user-space path says why, per connection
 	}
 	var up netip.Addr
@@ -157,6 +167,13 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 	return v.addr, true, nil
 }
 
+// notFound reports whether the name does not exist (rather than the lookup
+// failing for now).
+func (e *lookupError) notFound() bool {
+	var dnsErr *net.DNSError
+	return errors.As(e.err, &dnsErr) && dnsErr.IsNotFound
+}
+
 // allowedPorts are the ports the policy allows name on: 80 and 443 by a rule
 // without a port, and each port a rule names.
 func (c *Config) allowedPorts(name string) []uint16 {
@@ -190,9 +207,28 @@ func (c *Config) LogForwarded(k Conn) {
 	c.record(e)
 }
 
+// LogRefused logs a connection the kernel refused: one to a virtual address
+// on a port the policy does not allow for its name.
+func (c *Config) LogRefused(k Conn) {
+	name, ok := c.virtual.name(k.Dst.Addr())
+	if !ok {
+		name = k.Dst.Addr().String()
+	}
+	e := c.decide(net.TCPAddrFromAddrPort(k.Client), "nat", name, k.Dst.Port())
+	if !k.Start.IsZero() {
+		e.Time = k.Start.UTC()
+	}
+	if e.Allowed {
+		// The name's ports changed as it connected.
+		e.Allowed, e.Rule, e.Reason = false, "", "refused by the kernel: port "+fmt.Sprint(k.Dst.Port())+" was not forwarded when it connected"
+	}
+	c.record(e)
+}
+
 // ServeCatch serves the catch listener: the kernel redirects to it every
-// connection to a virtual address that it does not forward. Each is logged
-// as denied, with the name and port the client dialled, and reset.
+// connection to a virtual address that stands for no name (the kernel
+// refuses a name's other ports itself). Each is logged as denied, with the
+// name and port the client dialled, and reset.
 func (c *Config) ServeCatch(l net.Listener) error {
 	return c.acceptEach(l, "nat", func(ctx context.Context, conn net.Conn) {
 		dst, err := c.Kernel.Original(conn)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -67,7 +68,9 @@ func kernelConfig(t *testing.T, k *fakeKernel, virtual string) (*Config, *entryL
 			case "v6only.test":
 				return []netip.Addr{netip.MustParseAddr("2001:db8::1")}, nil
 			case "gone.wild.test":
-				return nil, errors.New("no such host")
+				return nil, errors.New("server misbehaving")
+			case "missing.wild.test":
+				return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 			}
 			return []netip.Addr{netip.MustParseAddr("2001:db8::2"), netip.MustParseAddr("192.0.2." + fmt.Sprint(len(host)))}, nil
 		},
@@ -99,10 +102,12 @@ func TestVirtualAnswer(t *testing.T) {
 	if _, ok, err := c.virtualAnswer(ctx, "rebind.test"); ok || err == nil {
 		t.Errorf("a name resolving to the metadata address got a virtual address (err %v)", err)
 	}
-	for _, name := range []string{"v6only.test", "gone.wild.test"} {
-		if v, ok, err := c.virtualAnswer(ctx, name); ok || err != nil {
-			t.Errorf("%s: %v %v %v, want the user-space path (no virtual address, no error)", name, v, ok, err)
-		}
+	if v, ok, err := c.virtualAnswer(ctx, "v6only.test"); ok || err != nil {
+		t.Errorf("v6only.test: %v %v %v, want the user-space path (no virtual address, no error)", v, ok, err)
+	}
+	var lookup *lookupError
+	if v, ok, err := c.virtualAnswer(ctx, "gone.wild.test"); ok || !errors.As(err, &lookup) || lookup.notFound() {
+		t.Errorf("gone.wild.test: %v %v %v, want a lookup error that is not a missing name", v, ok, err)
 	}
 	// A virtual address is never an upstream.
 	if why := c.refuses(a); why == "" {
@@ -181,6 +186,25 @@ func TestCatchAndForwardedLog(t *testing.T) {
 	}
 }
 
+// TestLogRefused: a connection the kernel refused (a port its name is not
+// allowed on) is logged as denied, with the name and port it was going to.
+func TestLogRefused(t *testing.T) {
+	c, log := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
+	a, _, _ := c.virtualAnswer(context.Background(), "ssh.test")
+	c.LogRefused(Conn{Start: time.Unix(7, 0), Client: netip.MustParseAddrPort("127.0.0.1:40001"), Dst: netip.AddrPortFrom(a, 80)})
+	c.LogRefused(Conn{Start: time.Unix(8, 0), Client: netip.MustParseAddrPort("10.99.0.3:40002"), Dst: netip.AddrPortFrom(a, 22)})
+	got := log.entries(t)
+	if len(got) != 2 {
+		t.Fatalf("logged %+v, want two entries", got)
+	}
+	checkEntry(t, got[0], "nat", "ssh.test", 80, false, "", "no network.allow rule matches")
+	// Port 22 is allowed: refused only because its ports changed as it
+	// connected; denied all the same.
+	if e := got[1]; e.Allowed || e.Port != 22 || !strings.Contains(e.Reason, "was not forwarded") || !e.Time.Equal(time.Unix(8, 0)) {
+		t.Errorf("a refused connection to an allowed port logged as %+v", e)
+	}
+}
+
 func TestAllowedPorts(t *testing.T) {
 	c, _ := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
 	for name, want := range map[string][]uint16{
@@ -241,5 +265,76 @@ func TestDNSVirtualAnswers(t *testing.T) {
 	_, answers = parseResponse(t, <-slow, 1, 1)
 	if len(answers) != 1 || netip.AddrFrom4(answers[0].Body.(*dnsmessage.AResource).A) != gatewayAddr {
 		t.Errorf("the name whose lookup gave up answered with %v, want the gateway's own address", answers)
+	}
+}
+
+// TestDNSResolutionFailures: with kernel forwarding, an allowed name that does
+// not exist upstream is answered NXDOMAIN at once, and one whose lookup fails
+// for now gets the gateway's own address (its listeners try again); both
+// are logged as failures (allowed, with the error), not as plain allowed.
+func TestDNSResolutionFailures(t *testing.T) {
+	c, log := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
+	d := &DNS{Config: c, Answer: gatewayAddr}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go d.ServeUDP(pc)
+	addr := pc.LocalAddr().String()
+	for i, tt := range []struct {
+		name   string
+		rcode  dnsmessage.RCode
+		answer netip.Addr
+		errs   string
+	}{
+		{"missing.wild.test", dnsmessage.RCodeNameError, netip.Addr{}, "no such host"},
+		{"gone.wild.test", dnsmessage.RCodeSuccess, gatewayAddr, "server misbehaving"},
+	} {
+		id := uint16(10 + i)
+		rcode, answers := parseResponse(t, dnsExchange(t, "udp", addr, dnsQuery(t, id, tt.name+".", dnsmessage.TypeA, dnsmessage.ClassINET), 5*time.Second), id, 1)
+		var got netip.Addr
+		if len(answers) == 1 {
+			got = netip.AddrFrom4(answers[0].Body.(*dnsmessage.AResource).A)
+		}
+		if rcode != tt.rcode || got != tt.answer || len(answers) > 1 {
+			t.Errorf("%s: rcode %v, answers %v; want %v and %v", tt.name, rcode, answers, tt.rcode, tt.answer)
+		}
+		e := log.waitFor(t, "dns", tt.name)
+		if !e.Allowed || !strings.Contains(e.Error, tt.errs) || e.Outcome() != decisionlog.Failed {
+			t.Errorf("%s logged as %+v, want a failure with %q", tt.name, e, tt.errs)
+		}
+	}
+}
+
+// TestDNSLogsEachDecisionOnce: the A and AAAA queries of one lookup, and
+// the same query again within the answer's TTL, make one log line; another
+// name, or the same one later, makes its own.
+func TestDNSLogsEachDecisionOnce(t *testing.T) {
+	c, log := kernelConfig(t, &fakeKernel{}, "10.99.0.128/25")
+	now := time.Unix(1000, 0)
+	c.Now = func() time.Time { return now }
+	d := &DNS{Config: c, Answer: gatewayAddr}
+	ask := func(name string, typ dnsmessage.Type) {
+		t.Helper()
+		if resp := d.respond(&net.UDPAddr{IP: net.IPv4(10, 99, 0, 3), Port: 5353}, dnsQuery(t, 1, name, typ, dnsmessage.ClassINET)); resp == nil {
+			t.Fatalf("no answer to %s", name)
+		}
+	}
+	for range 3 {
+		ask("allowed.test.", dnsmessage.TypeA)
+		ask("allowed.test.", dnsmessage.TypeAAAA)
+		ask("denied.test.", dnsmessage.TypeA)
+		ask("denied.test.", dnsmessage.TypeAAAA)
+	}
+	now = now.Add(6 * time.Second)
+	ask("allowed.test.", dnsmessage.TypeA)
+	var got []string
+	for _, e := range log.entries(t) {
+		got = append(got, fmt.Sprint(e.Host, " ", e.Allowed))
+	}
+	want := []string{"allowed.test true", "denied.test false", "allowed.test true"}
+	if !slices.Equal(got, want) {
+		t.Errorf("logged %q, want %q", got, want)
 	}
 }

@@ -33,7 +33,7 @@ import (
 )
 
 const (
-	testProfile = ".propio/sandbox.yaml"
+	testProfile = ".propio/sandbox.yaml:9"
 	ioTimeout   = 10 * time.Second // any one step of a test
 )
 

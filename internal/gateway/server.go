@@ -27,6 +27,10 @@ const (
 	// DefaultCatchPort is where the kernel redirects what it does not
 	// forward to a virtual address (Config.Kernel).
 	DefaultCatchPort = 1
+	// DefaultRefusePort is where the kernel redirects a connection to a
+	// name's virtual address on a port the policy does not allow: nothing
+	// listens there, so the client is refused as by a closed port.
+	DefaultRefusePort = 2
 )
 
 // Ports are where a gateway listens; a zero field means its default. Each is
@@ -35,6 +39,9 @@ const (
 // port.
 type Ports struct {
 	HTTPProxy, SOCKS, DNS, HTTP, TLS, Catch uint16
+	// Refuse is never bound (Config.Kernel refuses connections there); no
+	// forward may take it.
+	Refuse uint16
 	// Bind maps each of those ports, and each forward's, to the port to bind
 	// (0: any free port, as tests want); nil binds every port as it is. The
 	// gateway's behaviour, the upstream ports included, follows the ports
@@ -49,6 +56,7 @@ func (p Ports) withDefaults() Ports {
 	p.HTTP = cmp.Or(p.HTTP, DefaultHTTPPort)
 	p.TLS = cmp.Or(p.TLS, DefaultTLSPort)
 	p.Catch = cmp.Or(p.Catch, DefaultCatchPort)
+	p.Refuse = cmp.Or(p.Refuse, DefaultRefusePort)
 	return p
 }
 
@@ -68,6 +76,7 @@ func (p Ports) own() []namedPort {
 		{"http", p.HTTP},
 		{"tls", p.TLS},
 		{"catch", p.Catch},
+		{"refuse", p.Refuse},
 	}
 }
 

@@ -83,7 +83,7 @@ func newTransparentConfig(t *testing.T, allow, deny []string, n *loopbackNet) (*
 		t.Fatal(err)
 	}
 	log := &entryLog{}
-	return &Config{Policy: p, Profile: ".propio/sandbox.yaml", Resolve: n.resolve, Dial: n.dial, Log: decisionlog.NewWriter(log)}, log
+	return &Config{Policy: p, Profile: ".propio/sandbox.yaml:9", Resolve: n.resolve, Dial: n.dial, Log: decisionlog.NewWriter(log)}, log
 }
 
 // testCert is a self-signed certificate for names, valid for an hour.
@@ -305,7 +305,7 @@ func TestServeHostHTTP(t *testing.T) {
 		"denied": {
 			request: "GET / HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n",
 			status:  403,
-			body:    []string{"denied.test is not allowed (no network.allow rule matches)", "add to network.allow (.propio/sandbox.yaml):", `- "denied.test"`},
+			body:    []string{"denied.test is not allowed (no network.allow rule matches)", "add to network.allow (.propio/sandbox.yaml:9):", `- "denied.test"`},
 			log:     decisionlog.Entry{Host: "denied.test", Reason: "no network.allow rule matches"},
 		},
 		"denied with a body still unread": {
@@ -375,7 +375,7 @@ func TestServeHostHTTPClient(t *testing.T) {
 		status    int
 	}{
 		{"http://allowed.test/", "plain upstream", 200},
-		{"http://denied.test/", `add to network.allow (.propio/sandbox.yaml):` + "\n" + `    - "denied.test"`, 403},
+		{"http://denied.test/", `add to network.allow (.propio/sandbox.yaml:9):` + "\n" + `    - "denied.test"`, 403},
 	} {
 		resp, err := client.Get(tt.url)
 		if err != nil {

@@ -103,7 +103,7 @@ func serve(ctx context.Context, o Options) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if o.Virtual != "" && o.Bandwidth == 0 {
-		if note := kernelForwarding(ctx, cfg, o.Virtual); note != "" {
+		if note := kernelForwarding(ctx, cfg, o.Virtual, o.Address.Unmap()); note != "" {
 			o.report("note: %s", note)
 		}
 	}

@@ -11,10 +11,12 @@ import (
 )
 
 // kernelForwarding sets cfg up to forward allowed names in the kernel
-// through the addresses of virtual, and logs each forwarded connection once
-// it ends. It returns why it could not ("" when it did); the gateway then
-// relays everything in user space.
-func kernelForwarding(ctx context.Context, cfg *gateway.Config, virtual string) string {
+// through the addresses of virtual, logs each connection it refuses as it is
+// attempted and each it forwarded once it ends (logs reads them in the order
+// they started). addr is the gateway's address on the sandbox network. It
+// returns why it could not ("" when it did); the gateway then relays
+// everything in user space.
+func kernelForwarding(ctx context.Context, cfg *gateway.Config, virtual string, addr netip.Addr) string {
 	prefix, err := netip.ParsePrefix(virtual)
 	if err != nil {
 		return fmt.Sprintf("--virtual %q: %v; relaying in user space", virtual, err)
@@ -23,7 +25,7 @@ func kernelForwarding(ctx context.Context, cfg *gateway.Config, virtual string) 
 	if err != nil {
 		return fmt.Sprintf("%v; relaying in user space", err)
 	}
-	fw, err := natfwd.Setup(prefix, gateway.DefaultCatchPort)
+	fw, err := natfwd.Setup(prefix, gateway.DefaultCatchPort, gateway.DefaultRefusePort)
 	if err != nil {
 		w.Close()
 		return fmt.Sprintf("%v; relaying in user space", err)
@@ -52,6 +54,16 @@ func kernelForwarding(ctx context.Context, cfg *gateway.Config, virtual string) 
 				return // not a connection the kernel forwarded
 			}
 			key := [2]netip.AddrPort{ev.Src, ev.Dst}
+			switch {
+			case ev.ReplySrc == netip.AddrPortFrom(addr, gateway.DefaultRefusePort):
+				// Refused at its SYN: logged as it is attempted.
+				if ev.Type == natfwd.EventNew {
+					cfg.LogRefused(gateway.Conn{Start: time.Now(), Client: ev.Src, Dst: ev.Dst})
+				}
+				return
+			case ev.ReplySrc == netip.AddrPortFrom(addr, gateway.DefaultCatchPort):
+				return // the catch listener logs it
+			}
 			switch ev.Type {
 			case natfwd.EventNew:
 				if len(starts) < 65536 {

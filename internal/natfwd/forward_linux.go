@@ -31,7 +31,8 @@ const tableName = "propio_sandbox_gateway"
 //	    ip daddr VIRTUAL jump virtual
 //	    ip daddr VIRTUAL meta l4proto tcp redirect to :CATCH }
 //	  chain virtual { ip daddr V1 jump v1 ... }        # one per address in use
-//	  chain v1 { tcp dport 443 dnat to UPSTREAM ... }   # replaced as the name moves
+//	  chain v1 { tcp dport 443 dnat to UPSTREAM ...      # replaced as the name moves
+//	    meta l4proto tcp redirect to :REFUSE }         # no listener there: refused
 //	  chain post { type nat hook postrouting priority srcnat
 //	    ct status dnat masquerade }
 //	  chain forward { type filter hook forward priority filter; policy drop
@@ -40,23 +41,29 @@ const tableName = "propio_sandbox_gateway"
 //	}
 //
 // So the only packets the namespace forwards are those of connections it
-// translated itself, to an upstream the gateway chose; everything else sent
-// to a virtual address comes to the catch listener, and the rest is dropped.
+// translated itself, to an upstream the gateway chose. A connection to a
+// name's virtual address on a port not forwarded goes to REFUSE, where
+// nothing listens: the kernel answers its SYN with a reset, as a closed port
+// does, and the client fails at once (ECONNREFUSED); its conntrack entry
+// says where it was going. Everything else sent to a virtual address comes
+// to the catch listener, and the rest is dropped.
 type Forwarder struct {
 	mu      sync.Mutex
 	conn    *nftables.Conn
 	table   *nftables.Table
 	virtual *nftables.Chain
 	chains  map[netip.Addr]*nftables.Chain
+	refuse  uint16
 }
 
 // Setup makes the addresses of virtual local to this network namespace (so
 // the kernel answers ARP for them on the sandbox network) and installs the
 // Forwarder's ruleset, replacing one a previous gateway left. Connections
 // to a virtual address that nothing forwards are redirected to catchPort on
-// the address they arrived at. IP forwarding must be on
-// (net.ipv4.ip_forward=1). It needs CAP_NET_ADMIN.
-func Setup(virtual netip.Prefix, catchPort uint16) (*Forwarder, error) {
+// the address they arrived at; those to a forwarded address on a port it
+// does not forward, to refusePort there, where nothing may listen. IP
+// forwarding must be on (net.ipv4.ip_forward=1). It needs CAP_NET_ADMIN.
+func Setup(virtual netip.Prefix, catchPort, refusePort uint16) (*Forwarder, error) {
 	if !virtual.IsValid() || !virtual.Addr().Is4() {
 		return nil, fmt.Errorf("kernel forwarding: %v is not an IPv4 prefix", virtual)
 	}
@@ -71,7 +78,7 @@ func Setup(virtual netip.Prefix, catchPort uint16) (*Forwarder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kernel forwarding: nftables: %w", err)
 	}
-	f := &Forwarder{conn: c, chains: map[netip.Addr]*nftables.Chain{}}
+	f := &Forwarder{conn: c, chains: map[netip.Addr]*nftables.Chain{}, refuse: refusePort}
 	f.table = &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
 	// Adding then deleting the table removes one left behind, whatever it holds.
 	c.AddTable(f.table)
@@ -106,7 +113,8 @@ func Setup(virtual netip.Prefix, catchPort uint16) (*Forwarder, error) {
 }
 
 // Forward makes TCP connections to v on each of ports go to to on the same
-// port, replacing what v forwarded before, in one transaction.
+// port, and those on any other port to the refuse port, replacing what v
+// forwarded before, in one transaction.
 func (f *Forwarder) Forward(v netip.Addr, ports []uint16, to netip.Addr) error {
 	if !v.Is4() || !to.Is4() {
 		return fmt.Errorf("kernel forwarding: %v to %v: IPv4 only", v, to)
@@ -132,6 +140,9 @@ func (f *Forwarder) Forward(v netip.Addr, ports []uint16, to netip.Addr) error {
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
 		)})
 	}
+	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: ch, Exprs: append(l4protoTCP(),
+		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, f.refuse)},
+		&expr.Redir{RegisterProtoMin: 1})})
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("kernel forwarding: %v to %v: %w", v, to, err)
 	}

@@ -11,7 +11,7 @@ import (
 type Forwarder struct{}
 
 // Setup fails: kernel forwarding needs Linux.
-func Setup(netip.Prefix, uint16) (*Forwarder, error) { return nil, errNotLinux }
+func Setup(netip.Prefix, uint16, uint16) (*Forwarder, error) { return nil, errNotLinux }
 
 // Forward fails: kernel forwarding needs Linux.
 func (f *Forwarder) Forward(netip.Addr, []uint16, netip.Addr) error { return errNotLinux }
