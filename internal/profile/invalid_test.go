@@ -270,6 +270,11 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "",
 			want: []string{"1:1: image is required"},
 		},
+		"empty build": {
+			yaml:  "extends: ./parent.yaml\nbuild: {}\n",
+			files: map[string]string{"parent.yaml": "image: a\nbuild: {context: .}\n"},
+			want:  []string{"2:8: build: an empty build changes nothing (maps merge under extends)"},
+		},
 		"build without context": {
 			yaml: "image: a\nbuild: {dockerfile: Dockerfile}\n",
 			want: []string{"2:8: build: context is required when build is set"},

@@ -349,9 +349,21 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 	}
 	root := chain[len(chain)-1].Root
 	for i := len(chain) - 2; i >= 0; i-- {
+		if ownsImage(root, chain[i].Root) {
+			root = without(root, "build", origin)
+		}
 		root = merge("", root, chain[i].Root, origin, chain[i])
 	}
 	root = without(root, "extends", origin)
+	if b := lookup(root, "build"); b != nil && b.Tag == "!!null" {
+		root = without(root, "build", origin) // build: null drops the parent's
+	}
+	for _, d := range chain {
+		if b := lookup(d.Root, "build"); b != nil && b.Kind == yaml.MappingNode && len(b.Content) == 0 {
+			problems = append(problems, &Error{Pos: posOf(d.File, b), Field: "build", Msg: "an empty build changes nothing (maps merge under extends)",
+				Hint: "write build: null to drop an inherited build, or give it a context"})
+		}
+	}
 
 	p = &Profile{}
 	if err := root.Decode(p); err != nil {
@@ -374,6 +386,18 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 	}
 	p.applyDefaults()
 	return p, problems, nil
+}
+
+// ownsImage reports whether child names another image than parent: the
+// parent's build makes the parent's image, and must never be run under the
+// child's tag, so the child's build (or none) is the whole of it.
+func ownsImage(parent, child *yaml.Node) bool {
+	img := lookup(child, "image")
+	if img == nil {
+		return false
+	}
+	prev := lookup(parent, "image")
+	return prev == nil || prev.Value != img.Value
 }
 
 // without returns a copy of mapping m lacking key.
