@@ -343,6 +343,14 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 		d = parent
 	}
 
+	return decodeChain(ref, chain, problems, l.Workspace, l.ConfigDir)
+}
+
+// decodeChain merges chain (a leaf first, then each file it extends) and
+// decodes it, with defaults applied; problems are those found so far, to
+// which it adds its own.
+func decodeChain(ref string, chain []*Document, problems List, workspace, configDir string) (*Profile, List, error) {
+	leaf := chain[0]
 	origin := map[*yaml.Node]*Document{}
 	for _, d := range chain {
 		recordOrigin(d.Root, d, origin)
@@ -365,14 +373,14 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 		}
 	}
 
-	p = &Profile{}
+	p := &Profile{}
 	if err := root.Decode(p); err != nil {
 		if len(problems) > 0 { // the schema has said what is wrong
 			return nil, problems, nil
 		}
 		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}, nil
 	}
-	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace, configDir: l.ConfigDir}
+	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: workspace, configDir: configDir}
 	p.Meta = Meta{Name: ref, File: leaf.File}
 	for _, d := range chain {
 		s := Source{File: d.File, Path: d.Path, Real: d.Real, SHA256: d.SHA256}
