@@ -644,6 +644,44 @@ func TestChangesetHideAndReadonly(t *testing.T) {
 	}
 }
 
+// A run that changes nothing keeps no changeset, and says so in one line;
+// diff and apply without an ID then take the newest changeset that holds
+// changes, not a newer empty one.
+func TestChangesetEmptyNotKept(t *testing.T) {
+	for _, mode := range changesetModes {
+		t.Run(mode, func(t *testing.T) {
+			s := changesetSandbox(t, mode)
+			p := s.Profile(probeOffline)
+			store := filepath.Join(s.Home, ".local", "state", "propio-sandbox", "changesets")
+			nothing := func() {
+				t.Helper()
+				r := s.Run("", "run", "-p", p, "--changeset", "--", "read", "untouched.txt")
+				if r.Code != 0 && strings.Contains(r.Stderr, "cannot mount an overlay here") {
+					t.Skipf("the engine cannot mount an overlay here:\n%s", r.Stderr)
+				}
+				if r.Code != 0 || !strings.Contains(r.Stderr, "propio-sandbox: the sandbox changed nothing; no changeset kept\n") || changesetID.MatchString(r.Stderr) {
+					t.Fatalf("a run that changes nothing, want one line saying no changeset is kept:\n%s", r)
+				}
+			}
+			nothing()
+			if entries, _ := os.ReadDir(store); len(entries) > 0 {
+				t.Fatalf("changesets kept for a run that changed nothing: %v", entries)
+			}
+			id := runChangeset(t, s, p, nil, "write new.txt n\n")
+			nothing()
+			if stat := cli(t, s, "diff", "--stat").Stdout; !strings.Contains(stat, "new.txt") {
+				t.Errorf("diff without an ID after a run that changed nothing, want %s's new.txt:\n%s", id, stat)
+			}
+			if out := cli(t, s, "apply").Stdout; !strings.Contains(out, id) {
+				t.Errorf("apply without an ID, want %s applied:\n%s", id, out)
+			}
+			if _, err := os.Stat(filepath.Join(s.Workspace, "new.txt")); err != nil {
+				t.Errorf("apply did not make new.txt: %v", err)
+			}
+		})
+	}
+}
+
 // A sandbox that fails to start (here the engine refuses a capability)
 // leaves no changeset, container or volume.
 func TestChangesetFailedStartLeavesNothing(t *testing.T) {

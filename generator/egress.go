@@ -136,6 +136,8 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		project.Networks[OutsideNetwork] = types.NetworkConfig{Name: o.Project + "_" + OutsideNetwork, Labels: types.Labels{LabelWorkspace: h.Workspace}}
 	}
 
+	joined := joinNetworks(project, p)
+
 	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, decisionlog.FileName(o.Project)), "--profile", egressSource(p)}
 	for _, r := range p.Network.Allow {
 		command = append(command, "--allow", r.Text)
@@ -189,6 +191,9 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		SandboxNetwork: {Ipv4Address: gw.String()},
 		OutsideNetwork: nil,
 	}
+	for _, key := range joined {
+		g.Networks[key] = nil
+	}
 	g.Labels = types.Labels{LabelProfile: profileLabel(p), LabelWorkspace: h.Workspace}
 	// As every container of a sandbox (the gateway runs no git; this keeps
 	// the rule without exceptions).
@@ -219,6 +224,23 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		agent.Environment[k] = ptr(v)
 	}
 	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project)}, nil
+}
+
+// JoinedNetwork is the project's key for the network.join network name.
+func JoinedNetwork(name string) string { return "join-" + name }
+
+// joinNetworks adds the networks of network.join to project, as external
+// ones (they exist before the sandbox and outlive it), and returns their
+// keys: the gateway joins them, the agent never does, so that only what the
+// rules allow of them is reachable.
+func joinNetworks(project *types.Project, p *profile.Profile) []string {
+	keys := make([]string, 0, len(p.Network.Join))
+	for _, name := range p.Network.Join {
+		key := JoinedNetwork(name)
+		project.Networks[key] = types.NetworkConfig{Name: name, External: true}
+		keys = append(keys, key)
+	}
+	return keys
 }
 
 // kernelForwarding reports whether the gateway forwards allowed names in

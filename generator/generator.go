@@ -436,6 +436,7 @@ func Render(project *types.Project) ([]byte, error) {
 		return nil, fmt.Errorf("rendering project: %w", err)
 	}
 	normalize(&doc)
+	environmentAsList(&doc)
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
@@ -446,6 +447,63 @@ func Render(project *types.Project) ([]byte, error) {
 		return nil, fmt.Errorf("rendering project: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// environmentAsList writes each service's environment in Compose's list
+// form: NAME=value for a value set, and the bare NAME for a variable passed
+// from the host, which the engine fills in (the map form can only say that
+// as NAME: null). The keys stay sorted, as the marshaller left them.
+func environmentAsList(doc *yaml.Node) {
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	services := mappingValue(root, "services")
+	if services == nil || services.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 1; i < len(services.Content); i += 2 {
+		env := mappingValue(services.Content[i], "environment")
+		if env == nil || env.Kind != yaml.MappingNode {
+			continue
+		}
+		list := make([]*yaml.Node, 0, len(env.Content)/2)
+		for j := 0; j+1 < len(env.Content); j += 2 {
+			k, v := env.Content[j], env.Content[j+1]
+			item := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.Value}
+			if v.Tag != "!!null" {
+				item.Value += "=" + v.Value
+			}
+			if !plainSafe(item.Value) {
+				item.Style = yaml.DoubleQuotedStyle
+			}
+			list = append(list, item)
+		}
+		*env = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: list}
+	}
+}
+
+// plainSafe reports whether s, which starts with a variable's name, reads
+// back as itself written plain; otherwise it is double-quoted, so that the
+// bytes do not depend on the encoder's choice.
+func plainSafe(s string) bool {
+	if strings.Contains(s, ": ") || strings.Contains(s, " #") || strings.HasSuffix(s, ":") || strings.HasSuffix(s, " ") {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}
+
+// mappingValue returns the value of key in mapping n, or nil.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // sexagesimal is what YAML 1.1 readers take for a base-60 number (1000:1000).

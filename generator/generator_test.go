@@ -409,6 +409,34 @@ func TestAllowlistOutsideNetwork(t *testing.T) {
 	}
 }
 
+// TestAllowlistJoin: the gateway joins the networks of network.join, which
+// the project takes as they are (external); the agent stays on the sandbox
+// network alone, so only what the rules allow of them is reachable.
+func TestAllowlistJoin(t *testing.T) {
+	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist-join", "profile.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := generator.Generate(p, fixtureHost(t, p), generator.Options{Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := project.Services[generator.GatewayService]
+	for _, name := range []string{"ollama-net", "models.local"} {
+		key := generator.JoinedNetwork(name)
+		if n := project.Networks[key]; !bool(n.External) || n.Name != name {
+			t.Errorf("network %s = %+v, want the external network %s", key, n, name)
+		}
+		if _, on := gw.Networks[key]; !on {
+			t.Errorf("gateway networks = %v, want %s among them", gw.Networks, key)
+		}
+	}
+	agent := project.Services[generator.Service]
+	if _, onSandbox := agent.Networks[generator.SandboxNetwork]; len(agent.Networks) != 1 || !onSandbox {
+		t.Errorf("agent networks = %v, want only the sandbox network", agent.Networks)
+	}
+}
+
 func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 	p, err := profile.Locations{}.Load("strict")
 	if err != nil {

@@ -48,6 +48,9 @@ type Runtime interface {
 	// build has no network). The allowlist gateway's image is made so.
 	BuildImage(ctx context.Context, tag string, buildContext io.Reader) error
 
+	// HasNetwork reports whether the engine has a network of exactly this
+	// name (an allowlist gateway joins the profile's network.join ones).
+	HasNetwork(ctx context.Context, name string) (bool, error)
 	// UsedSubnets lists the subnets the engine's networks take, so that a
 	// sandbox's network can be numbered apart from them.
 	UsedSubnets(ctx context.Context) ([]netip.Prefix, error)

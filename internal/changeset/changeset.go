@@ -287,18 +287,30 @@ func (s Store) List() ([]*Changeset, error) {
 	return list, nil
 }
 
-// Latest returns the newest changeset of workspace, or ErrNotFound.
+// Latest returns the newest changeset of workspace that is not Empty, or
+// ErrNotFound.
 func (s Store) Latest(workspace string) (*Changeset, error) {
 	list, err := s.List()
 	if err != nil {
 		return nil, err
 	}
 	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].Workspace == workspace {
+		if list[i].Workspace == workspace && !list[i].Empty() {
 			return list[i], nil
 		}
 	}
 	return nil, fmt.Errorf("no changeset for %s: %w", workspace, ErrNotFound)
+}
+
+// Empty reports whether the changeset is sealed and holds no change left to
+// apply: nothing to review. One whose changes cannot be read is not empty
+// (reading it says what is wrong).
+func (c *Changeset) Empty() bool {
+	if c.State == StateRunning {
+		return false
+	}
+	changes, err := c.Changes()
+	return err == nil && len(changes) == 0
 }
 
 // Dir is the changeset's directory in the store.

@@ -63,7 +63,9 @@ func findChangeset(args []string) (*sandbox.Changeset, []string, error) {
 		return nil, nil, withHint(err, "give more of the id; `"+name+" changes` lists them")
 	case errors.As(err, &none):
 		hints := []string{"`" + name + " run --changeset` runs a sandbox whose writes go to a changeset"}
-		if none.Others {
+		if none.Empty {
+			hints = append(hints, "`"+name+" changes` lists them, with how many changes each holds")
+		} else if none.Others {
 			hints = append(hints, "`"+name+" changes` lists the changesets of other directories; name one by its ID")
 		}
 		return nil, nil, withHint(err, hints...)

@@ -16,8 +16,9 @@ func newTrust(a *app) *cobra.Command {
 		Short: "Show what a repository profile grants, and trust it (and its build) as it is now",
 		Long: `A profile checked in at .propio/sandbox.yaml lives in a workspace the agent can
 write, so it must not widen its own sandbox: run refuses a repository profile that is
-new or changed since it was last trusted. trust prints what the profile grants, after
-extends, and records the hash of every file of its chain under
+new or changed since it was last trusted. trust prints what the profile grants beyond
+what it builds on outside the workspace (a built-in or a profile of yours, else the
+defaults), a line per field, and records the hash of every file of its chain under
 $XDG_STATE_HOME/propio-sandbox/.
 
 A build whose Dockerfile or context is in the workspace (whatever profile it comes
@@ -43,7 +44,7 @@ run --build refuse a build that changed since.`,
 			var trusted *profile.Profile
 			var records []profile.Record
 			if needsTrust {
-				if err := a.showGrants(p); err != nil {
+				if err := a.showGrants(p, e.workspace); err != nil {
 					return err
 				}
 				trusted = p
@@ -76,18 +77,27 @@ func (a *app) trusted(p *profile.Profile, profileToo, build bool) {
 	}
 }
 
-// showGrants prints what p grants, after extends.
-func (a *app) showGrants(p *profile.Profile) error {
-	out, err := p.YAML()
+// showGrants prints what p grants beyond what it builds on outside the
+// workspace (a built-in or a user profile, else the defaults), a line per
+// field, and where to see the whole of it.
+func (a *app) showGrants(p *profile.Profile, workspace string) error {
+	base, err := p.TrustedBase(workspace)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "%s grants, after extends (%s):\n\n", p.Meta.File, chainComment(p))
-	for _, line := range strings.SplitAfter(string(out), "\n") {
-		if line != "" {
-			fmt.Fprint(a.stdout, "    "+line)
+	lines, err := profile.Delta(base, p)
+	if err != nil {
+		return err
+	}
+	if len(lines) == 0 {
+		fmt.Fprintf(a.stdout, "%s grants nothing beyond %s\n", p.Meta.File, base.Meta.File)
+	} else {
+		fmt.Fprintf(a.stdout, "%s grants, beyond %s:\n\n", p.Meta.File, base.Meta.File)
+		for _, line := range lines {
+			fmt.Fprintln(a.stdout, "    "+line)
 		}
 	}
+	fmt.Fprintf(a.stdout, "\nthe whole profile, after extends (%s): `%s profiles show %s`\n", chainComment(p), name, p.Meta.File)
 	return nil
 }
 

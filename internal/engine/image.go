@@ -65,6 +65,19 @@ func (e *Engine) BuildImage(ctx context.Context, tag string, buildContext io.Rea
 // LabelImage marks the images propio-sandbox builds itself (the gateway's).
 const LabelImage = "dev.propio-sandbox.image"
 
+// HasNetwork reports whether the engine has a network of exactly this
+// name (not one whose ID begins with it, which the engine would also find).
+func (e *Engine) HasNetwork(ctx context.Context, name string) (bool, error) {
+	res, err := e.cli.Client().NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("looking up network %s: %w", name, err)
+	}
+	return res.Network.Name == name, nil
+}
+
 // UsedSubnets lists the subnets of the engine's networks, so a sandbox
 // network can be numbered apart from them.
 func (e *Engine) UsedSubnets(ctx context.Context) ([]netip.Prefix, error) {

@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ const command = "propio-sandbox"
 type EngineConn interface {
 	Info(ctx context.Context) (backend.Info, error)
 	ImageArch(ctx context.Context, ref string) (arch string, found bool, err error)
+	HasNetwork(ctx context.Context, name string) (bool, error)
 }
 
 // TrustVerifier says whether a repository profile is trusted as it is, and
@@ -104,6 +106,7 @@ func Checks(in Inputs) []Check {
 		{Engine, c.engine},
 		{Image, c.image},
 		{Runtime, c.runtime},
+		{NetworkJoin, c.networkJoin},
 		{Disk, c.disk},
 	}
 }
@@ -441,6 +444,36 @@ func (c *checker) imageHint() string {
 		return "build it: " + command + " build" + pflag + " (or run with --build)"
 	}
 	return "build or pull it yourself (docker pull " + p.Image + "); " + command + " never pulls images on its own"
+}
+
+// networkJoin checks that the networks the gateway is to join exist: the
+// engine would fail the start with less to go on, and never makes them.
+func (c *checker) networkJoin(ctx context.Context) Result {
+	p := c.Profile
+	if p.Network.Mode != "allowlist" || len(p.Network.Join) == 0 {
+		return pass("the profile joins no networks")
+	}
+	eng, err := c.connect(ctx)
+	if err != nil {
+		return errNoEngine
+	}
+	var missing []string
+	first := ""
+	for i, name := range p.Network.Join {
+		ok, err := eng.HasNetwork(ctx, name)
+		if err != nil {
+			return fail(err.Error(), "check that the engine answers (docker info)")
+		}
+		if !ok {
+			first = cmp.Or(first, name)
+			missing = append(missing, fmt.Sprintf("%s: network.join[%d]: the engine has no network %s", p.Pos("network", "join", strconv.Itoa(i)), i, name))
+		}
+	}
+	if len(missing) > 0 {
+		return fail(strings.Join(missing, "; "),
+			"create it and start the server the sandbox needs on it (docker network create "+first+"; docker run -d --network "+first+" --name SERVER IMAGE), or remove it from network.join in "+c.file())
+	}
+	return pass("the gateway joins " + strings.Join(p.Network.Join, ", "))
 }
 
 func (c *checker) runtime(ctx context.Context) Result {

@@ -28,6 +28,7 @@ const (
 	Engine      = "engine"
 	Image       = "image"
 	Runtime     = "runtime"
+	NetworkJoin = "network.join"
 	Disk        = "disk"
 )
 

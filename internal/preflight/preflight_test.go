@@ -27,6 +27,11 @@ type fakeEngine struct {
 	images  map[string]string // ref: architecture
 }
 
+// HasNetwork: the engine has the networks named models and bridge.
+func (f fakeEngine) HasNetwork(_ context.Context, name string) (bool, error) {
+	return name == "models" || name == "bridge", nil
+}
+
 func (f fakeEngine) Info(context.Context) (backend.Info, error) { return f.info, f.infoErr }
 func (f fakeEngine) ImageArch(_ context.Context, ref string) (string, bool, error) {
 	arch, ok := f.images[ref]
@@ -194,6 +199,14 @@ func TestChecks(t *testing.T) {
 		{name: "image built with --build", check: preflight.Image, yaml: "build: {context: .}\n", adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1"; in.Build = true }, ok: true, reason: "will be built"},
 		{name: "image other arch", check: preflight.Image, adjust: func(in *preflight.Inputs) { in.Profile.Image = "arm:1" }, reason: "built for arm64, the engine runs amd64"},
 		{name: "image without engine", check: preflight.Image, adjust: func(in *preflight.Inputs) {
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
+		}, reason: "not checked"},
+
+		{name: "network.join none", check: preflight.NetworkJoin, ok: true, reason: "joins no networks"},
+		{name: "network.join present", check: preflight.NetworkJoin, yaml: "network: {mode: allowlist, join: [models]}\n", ok: true, reason: "the gateway joins models"},
+		{name: "network.join missing", check: preflight.NetworkJoin, yaml: "network: {mode: allowlist, join: [models, ollama-net]}\n",
+			reason: "profile.yaml:2:43: network.join[1]: the engine has no network ollama-net", hint: "docker network create ollama-net; docker run -d --network ollama-net"},
+		{name: "network.join without engine", check: preflight.NetworkJoin, yaml: "network: {mode: allowlist, join: [models]}\n", adjust: func(in *preflight.Inputs) {
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return nil, errors.New("down") }
 		}, reason: "not checked"},
 

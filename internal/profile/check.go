@@ -385,7 +385,7 @@ func (p *Profile) Check() error {
 
 // BuiltinChecks are the names of the built-in preflight checks, which a
 // declared check may not take (internal/preflight defines them).
-var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "ssh-agent", "engine", "image", "runtime", "disk"}
+var BuiltinChecks = []string{"workspace", "trust", "env.required", "resources", "mounts", "ports", "ssh-agent", "engine", "image", "runtime", "network.join", "disk"}
 
 // checkEgress reports the allowlist rules and the bandwidth cap that did
 // not parse when the profile was decoded, each error at the rule that has it.
@@ -395,7 +395,7 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"bandwidth", n.Bandwidth.IsSet()}} {
+		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"join", len(n.Join) > 0}, {"bandwidth", n.Bandwidth.IsSet()}} {
 			if f.set {
 				add(fmt.Sprintf("applies only to network.mode allowlist, and the mode is %s", n.Mode),
 					"set network.mode: allowlist, or remove network."+f.name, "network", f.name)
@@ -416,6 +416,12 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 	}
 	if n.Bandwidth.err != nil {
 		add(n.Bandwidth.err.Error(), "", "network", "bandwidth")
+	}
+	for i, name := range n.Join {
+		if name == "host" || name == "none" {
+			add(fmt.Sprintf("%q is not a network a container can join beside others", name),
+				"name a network made with docker network create, on which the server the sandbox needs runs", "network", "join", strconv.Itoa(i))
+		}
 	}
 }
 

@@ -283,6 +283,47 @@ func TestDirOfDeclaringFile(t *testing.T) {
 	}
 }
 
+// TestExtendsBuild: a child drops its parent's build with build: null, and
+// one that names another image never inherits the build of the parent's
+// (which would make the parent's image under the child's tag).
+func TestExtendsBuild(t *testing.T) {
+	t.Parallel()
+	parent := "image: base\nbuild: {context: ., dockerfile: D, target: t}\n"
+	tests := map[string]struct {
+		child string // extends ./parent.yaml
+		want  *profile.Build
+	}{
+		"inherited":                    {child: "description: child\n", want: &profile.Build{Context: ".", Dockerfile: "D", Target: "t"}},
+		"same image, merged":           {child: "image: base\nbuild: {target: u}\n", want: &profile.Build{Context: ".", Dockerfile: "D", Target: "u"}},
+		"null drops it":                {child: "build: null\n"},
+		"null with the same image":     {child: "image: base\nbuild:\n"},
+		"another image, no build":      {child: "image: mine\n"},
+		"another image, its own build": {child: "image: mine\nbuild: {context: ./mine}\n", want: &profile.Build{Context: "./mine"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p, _ := resolve(t, map[string]string{"parent.yaml": parent, "child.yaml": "extends: ./parent.yaml\n" + tc.child}, "child.yaml")
+			if p.Build != nil {
+				p.Build.Dir = ""
+			}
+			if !reflect.DeepEqual(p.Build, tc.want) {
+				t.Errorf("build %+v, want %+v", p.Build, tc.want)
+			}
+		})
+	}
+
+	// A grandchild may build again what its parent dropped.
+	p, _ := resolve(t, map[string]string{
+		"parent.yaml": parent,
+		"child.yaml":  "extends: ./parent.yaml\nbuild: null\n",
+		"gc.yaml":     "extends: ./child.yaml\nbuild: {context: ./gc}\n",
+	}, "gc.yaml")
+	if p.Build == nil || p.Build.Context != "./gc" || p.Build.Dockerfile != "" {
+		t.Errorf("grandchild's build %+v, want its own context only", p.Build)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	p, _ := resolve(t, map[string]string{"p.yaml": "image: a\n"}, "p.yaml")

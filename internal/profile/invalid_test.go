@@ -161,6 +161,18 @@ func TestInvalidProfiles(t *testing.T) {
 				"5:14: network.bandwidth: applies only to network.mode allowlist, and the mode is open",
 			},
 		},
+		"join without allowlist": {
+			yaml: "image: a\nnetwork:\n  mode: open\n  join: [ollama-net]\n",
+			want: []string{"4:9: network.join: applies only to network.mode allowlist, and the mode is open"},
+		},
+		"join host": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  join: [models, host]\n",
+			want: []string{`4:18: network.join[1]: "host" is not a network a container can join beside others`},
+		},
+		"join a bad name": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  join: [-x]\n",
+			want: []string{`4:10: network.join[0]: "-x" is not valid here (does not match the expected form)`},
+		},
 		"bandwidth not a rate": {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\n  bandwidth: 10mb\n",
 			want: []string{`4:14: network.bandwidth: "10mb" is not valid here (want a rate such as 10mbit (bit, kbit, mbit or gbit per second))`},
@@ -269,6 +281,11 @@ func TestInvalidProfiles(t *testing.T) {
 		"empty file": {
 			yaml: "",
 			want: []string{"1:1: image is required"},
+		},
+		"empty build": {
+			yaml:  "extends: ./parent.yaml\nbuild: {}\n",
+			files: map[string]string{"parent.yaml": "image: a\nbuild: {context: .}\n"},
+			want:  []string{"2:8: build: an empty build changes nothing (maps merge under extends)"},
 		},
 		"build without context": {
 			yaml: "image: a\nbuild: {dockerfile: Dockerfile}\n",

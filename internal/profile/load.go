@@ -343,24 +343,44 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 		d = parent
 	}
 
+	return decodeChain(ref, chain, problems, l.Workspace, l.ConfigDir)
+}
+
+// decodeChain merges chain (a leaf first, then each file it extends) and
+// decodes it, with defaults applied; problems are those found so far, to
+// which it adds its own.
+func decodeChain(ref string, chain []*Document, problems List, workspace, configDir string) (*Profile, List, error) {
+	leaf := chain[0]
 	origin := map[*yaml.Node]*Document{}
 	for _, d := range chain {
 		recordOrigin(d.Root, d, origin)
 	}
 	root := chain[len(chain)-1].Root
 	for i := len(chain) - 2; i >= 0; i-- {
+		if ownsImage(root, chain[i].Root) {
+			root = without(root, "build", origin)
+		}
 		root = merge("", root, chain[i].Root, origin, chain[i])
 	}
 	root = without(root, "extends", origin)
+	if b := lookup(root, "build"); b != nil && b.Tag == "!!null" {
+		root = without(root, "build", origin) // build: null drops the parent's
+	}
+	for _, d := range chain {
+		if b := lookup(d.Root, "build"); b != nil && b.Kind == yaml.MappingNode && len(b.Content) == 0 {
+			problems = append(problems, &Error{Pos: posOf(d.File, b), Field: "build", Msg: "an empty build changes nothing (maps merge under extends)",
+				Hint: "write build: null to drop an inherited build, or give it a context"})
+		}
+	}
 
-	p = &Profile{}
+	p := &Profile{}
 	if err := root.Decode(p); err != nil {
 		if len(problems) > 0 { // the schema has said what is wrong
 			return nil, problems, nil
 		}
 		return nil, List{{Pos: posOf(leaf.File, root), Msg: "decoding profile: " + err.Error()}}, nil
 	}
-	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: l.Workspace, configDir: l.ConfigDir}
+	p.src = &resolved{root: root, origin: origin, leaf: leaf, chain: chain, workspace: workspace, configDir: configDir}
 	p.Meta = Meta{Name: ref, File: leaf.File}
 	for _, d := range chain {
 		s := Source{File: d.File, Path: d.Path, Real: d.Real, SHA256: d.SHA256}
@@ -374,6 +394,18 @@ func (l Locations) resolve(ref string, leaf *Document, leafErr error) (p *Profil
 	}
 	p.applyDefaults()
 	return p, problems, nil
+}
+
+// ownsImage reports whether child names another image than parent: the
+// parent's build makes the parent's image, and must never be run under the
+// child's tag, so the child's build (or none) is the whole of it.
+func ownsImage(parent, child *yaml.Node) bool {
+	img := lookup(child, "image")
+	if img == nil {
+		return false
+	}
+	prev := lookup(parent, "image")
+	return prev == nil || prev.Value != img.Value
 }
 
 // without returns a copy of mapping m lacking key.

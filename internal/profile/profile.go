@@ -135,6 +135,10 @@ type Network struct {
 	// decoded; deny wins over allow.
 	Allow []Rule `yaml:"allow,omitempty"`
 	Deny  []Rule `yaml:"deny,omitempty"`
+	// Join names existing engine networks that the allowlist gateway joins
+	// (the sandbox never does), so that a rule can allow a container there
+	// by its name.
+	Join []string `yaml:"join,omitempty"`
 	// Bandwidth caps the allowlist gateway's throughput, as 10mbit.
 	Bandwidth Bandwidth `yaml:"bandwidth,omitempty"`
 }

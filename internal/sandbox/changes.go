@@ -26,9 +26,17 @@ var (
 type NoChangesetError struct {
 	Workspace string
 	Others    bool // there are changesets, of other directories
+	// Empty: the workspace's changesets hold no change left to apply
+	// (all of it applied), so none is picked.
+	Empty bool
 }
 
-func (e *NoChangesetError) Error() string { return "no changeset for " + e.Workspace }
+func (e *NoChangesetError) Error() string {
+	if e.Empty {
+		return "no changeset for " + e.Workspace + " holds a change left to apply"
+	}
+	return "no changeset for " + e.Workspace
+}
 
 // PathError: a PATH argument is not in any directory of the changeset.
 type PathError struct{ Err error }
@@ -139,22 +147,28 @@ func looksLikeID(s string) bool {
 }
 
 // latestFor is the newest changeset of ws, or of the nearest workspace
-// that holds ws.
+// that holds ws, that has something to review: an empty one (all of it
+// applied) is never picked.
 func latestFor(st changeset.Store, ws string) (*changeset.Changeset, error) {
 	list, err := st.List()
 	if err != nil {
 		return nil, err
 	}
 	var best *changeset.Changeset
+	empty := false
 	for _, c := range list { // oldest first: the newest of the longest wins
 		if c.Workspace == ws || strings.HasPrefix(ws, strings.TrimSuffix(c.Workspace, string(filepath.Separator))+string(filepath.Separator)) {
+			if c.Empty() {
+				empty = true
+				continue
+			}
 			if best == nil || len(c.Workspace) >= len(best.Workspace) {
 				best = c
 			}
 		}
 	}
 	if best == nil {
-		return nil, &NoChangesetError{Workspace: ws, Others: len(list) > 0}
+		return nil, &NoChangesetError{Workspace: ws, Others: len(list) > 0, Empty: empty}
 	}
 	return best, nil
 }

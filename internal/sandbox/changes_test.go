@@ -66,13 +66,16 @@ func store(t *testing.T) (dir string, mk func(ws string, result map[string]strin
 
 // FindChangeset takes the first argument as an id (or a prefix) when no
 // file has that name; else it is a path, and the changeset is the newest
-// of the workspace, or of the nearest one that holds it.
+// of the workspace, or of the nearest one that holds it, that is not empty.
 func TestFindChangeset(t *testing.T) {
 	dir, mk := store(t)
 	ws, other := filepath.Join(dir, "ws"), filepath.Join(dir, "other")
 	old := mk(ws, map[string]string{"a": "a"})
 	newest := mk(ws, map[string]string{"b": "b"})
 	elsewhere := mk(other, map[string]string{"c": "c"})
+	mk(ws, nil) // newer still, and empty: never picked without an id
+	emptyOnly := filepath.Join(dir, "empty")
+	mk(emptyOnly, nil)
 	sub := filepath.Join(ws, "sub")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -118,6 +121,12 @@ func TestFindChangeset(t *testing.T) {
 	t.Run("ambiguous", func(t *testing.T) {
 		if _, _, err := find(ws, old.ID[:4]); !errors.Is(err, ErrChangesetAmbiguous) {
 			t.Errorf("err = %v, want ErrChangesetAmbiguous", err)
+		}
+	})
+	t.Run("only empty ones here", func(t *testing.T) {
+		var none *NoChangesetError
+		if _, _, err := find(emptyOnly); !errors.As(err, &none) || !none.Empty || err.Error() != "no changeset for "+emptyOnly+" holds a change left to apply" {
+			t.Errorf("err = %v, want no changeset with a change left", err)
 		}
 	})
 	t.Run("none here", func(t *testing.T) {

@@ -156,6 +156,10 @@ func (f *fakeRuntime) BuildImage(ctx context.Context, tag string, buildContext i
 	return nil
 }
 
+func (f *fakeRuntime) HasNetwork(ctx context.Context, name string) (bool, error) {
+	return false, f.step(ctx, "HasNetwork", name)
+}
+
 func (f *fakeRuntime) UsedSubnets(ctx context.Context) ([]netip.Prefix, error) {
 	return slices.Clone(f.subnets), f.step(ctx, "UsedSubnets")
 }

@@ -404,7 +404,8 @@ func (l *Changeset) Abandon() error {
 }
 
 // Finish seals the changeset after the sandbox ran and writes to w what it
-// holds and what comes next. When what the sandbox wrote could not be
+// holds and what comes next; one that holds no change is removed, and w
+// told so in one line. When what the sandbox wrote could not be
 // copied back (copyFailed), it is lost: a new changeset is removed, a
 // resumed one stays as it was.
 func (l *Changeset) Finish(w io.Writer, copyFailed bool) error {
@@ -431,6 +432,19 @@ func (l *Changeset) Finish(w io.Writer, copyFailed bool) error {
 	n := -1
 	if changes, err := l.cs.Changes(); err == nil {
 		n = len(changes)
+	}
+	if n == 0 {
+		// Nothing to review: a changeset kept would only hide the one
+		// with changes from diff and apply.
+		if err := l.cs.Discard(true); err != nil {
+			return err
+		}
+		if l.resumed {
+			fmt.Fprintf(w, "%s: changeset %s holds no change now; removed\n", command, l.cs.ID)
+		} else {
+			fmt.Fprintf(w, "%s: the sandbox changed nothing; no changeset kept\n", command)
+		}
+		return nil
 	}
 	what := "changes"
 	switch {

@@ -217,6 +217,37 @@ func TestPrepareCopyFinishResume(t *testing.T) {
 	}
 }
 
+// A run that changed nothing keeps no changeset, and says so in one line.
+func TestFinishEmpty(t *testing.T) {
+	ws, p, store := setup(t)
+	eng := &fakeEngine{overlay: Overlay{Why: "remote"}}
+	cs, err := Prepare(context.Background(), eng, p, ws, "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the engine copies back: the workspace as it was.
+	a := filepath.Join(cs.cs.TreeDir(changeset.WorkspaceMount), "a.txt")
+	if err := os.WriteFile(a, []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(a, time.Now(), mtime(t, filepath.Join(ws, "a.txt"))); err != nil {
+		t.Fatal(err)
+	}
+	var w bytes.Buffer
+	if err := cs.Finish(&w, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.String(), "propio-sandbox: the sandbox changed nothing; no changeset kept\n"; got != want {
+		t.Errorf("finish wrote %q, want %q", got, want)
+	}
+	if list, err := store.List(); err != nil || len(list) != 0 {
+		t.Errorf("the store holds %d changesets (%v), want none", len(list), err)
+	}
+	if _, err := os.Stat(cs.cs.Dir()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the changeset's directory remains: %v", err)
+	}
+}
+
 func mtime(t *testing.T, p string) time.Time {
 	t.Helper()
 	st, err := os.Stat(p)
