@@ -83,13 +83,19 @@ func CheckPending(ctx context.Context, r Reporter, rt backend.Runtime, dirs host
 	if err != nil {
 		return err
 	}
-	live := map[string]bool{}
+	// A sandbox is its launcher's: once a launcher is gone, another may
+	// run under the same name.
+	type launcher struct {
+		project, host string
+		pid           int
+	}
+	live := map[launcher]bool{}
 	for _, s := range list {
-		live[s.Project] = true
+		live[launcher{s.Project, s.Host, s.PID}] = true
 	}
 	var errs []error
 	for _, plan := range plans {
-		if live[plan.Project] || backend.LauncherAlive(plan.PID, plan.Host) {
+		if live[launcher{plan.Project, plan.Host, plan.PID}] || backend.LauncherAlive(plan.PID, plan.Host) {
 			continue
 		}
 		errs = append(errs, reportCheck(r, plan, plan.Check(dirs.QuarantineDir()), dirs))
