@@ -35,7 +35,7 @@ type Preflight struct {
 
 // Checks are the built-in checks, in the order run passes them.
 func (f *Preflight) Checks() []preflight.Check {
-	host := f.Env.BuildHost()
+	host := f.Env.BuildHost(f.Profile)
 	var cs func(context.Context) (string, string)
 	if f.ChangesetMode != nil {
 		cs = func(ctx context.Context) (string, string) {
@@ -87,10 +87,13 @@ func (f *Preflight) TrustCheck() preflight.Result {
 	return preflight.Result{Name: preflight.Trust, Reason: "the trust check is missing from the built-in checks"}
 }
 
-// BuildHost is the generator's view of the host that build paths need.
-func (e Env) BuildHost() generator.Host {
+// BuildHost is the generator's view of the host that p's build and mount
+// paths need.
+func (e Env) BuildHost(p *profile.Profile) generator.Host {
 	home, _ := os.UserHomeDir()
-	return generator.Host{Workspace: e.Workspace, Home: home, PropioHome: hostinfo.PropioHome()}
+	h := generator.Host{Workspace: e.Workspace, Home: home, PropioHome: hostinfo.PropioHome()}
+	h.BuiltinContext = hostinfo.BuiltinContext(p, h, e.Dirs)
+	return h
 }
 
 // Declared are the profile's own checks, each in a throwaway sandbox on the
