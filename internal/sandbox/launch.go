@@ -62,6 +62,7 @@ var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on Po
 type launch struct {
 	*Launch
 	report Reporter
+	build  bool // build the image first: --build, or it is missing
 	plan   *Plan
 	rt     backend.Runtime
 	facts  backend.Facts // the engine's, as it reports them
@@ -94,7 +95,10 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err := l.checkGrants(f.Conn.Host); err != nil {
 		return 0, err
 	}
-	s := &launch{Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{})}
+	s := &launch{Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{}), build: l.Build || f.Missing}
+	if f.Missing && !l.Build {
+		s.report.Note(l.Profile.Image + " is not on the engine: building it first")
+	}
 	facts, err := s.rt.Facts(ctx) // the info preflight read
 	if err != nil {
 		return 0, err
@@ -297,7 +301,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		code, err = Run(ctx, s.rt, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
-			Build:       s.Build,
+			Build:       s.build,
 			// The image check of preflight has just looked.
 			ImageChecked: true,
 			Ran: func() {

@@ -31,6 +31,9 @@ type Preflight struct {
 	// Conn is the engine the checks connected to, if they did: the caller
 	// closes it.
 	Conn *Conn
+	// Missing: the image is not on the engine, and the launch builds it
+	// first (the profile says how, and may).
+	Missing bool
 }
 
 // Checks are the built-in checks, in the order run passes them.
@@ -57,6 +60,7 @@ func (f *Preflight) Checks() []preflight.Check {
 		Limits:    hostinfo.Limits(),
 		Trust:     profile.TrustStore{Dir: f.Env.Dirs.State},
 		Connect:   f.connect,
+		Missing:   func() { f.Missing = true },
 	})
 }
 
