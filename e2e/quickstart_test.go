@@ -2,8 +2,8 @@
 
 package e2e
 
-// The README's quick start, run as written: its commands are read from the
-// README itself, so the two cannot drift apart.
+// The README's quick start and quick tour, run as written: their commands
+// are read from the README itself, so the two cannot drift apart.
 
 import (
 	"bufio"
@@ -17,7 +17,8 @@ import (
 )
 
 // TestQuickStart runs the commands of the README's quick start, all but the
-// clone, with bash, in a home of their own: ~/propio-sandbox stands for the
+// clone, then those of its quick tour, with bash (stopping at the first that
+// fails), in a home of their own: ~/propio-sandbox stands for the
 // clone (bin/propio-sandbox, the Dockerfile, and the binary under test as
 // bin/.build/propio-sandbox, which the script runs as it is: no source is
 // newer), ~/bin is on PATH as the README asks, and ~/my-project has a
@@ -27,7 +28,7 @@ import (
 func TestQuickStart(t *testing.T) {
 	s := newSandbox(t)
 	requireAgentImage(t)
-	commands := quickStart(t)
+	commands := append(readmeBlock(t, "## Quick start"), readmeBlock(t, "## A quick tour")...)
 
 	checkout := filepath.Join(s.Home, "propio-sandbox")
 	if err := os.MkdirAll(filepath.Join(checkout, "bin", ".build"), 0o755); err != nil {
@@ -70,6 +71,9 @@ func TestQuickStart(t *testing.T) {
 		}
 	}
 	r := runCmd(t, ctx, cmd)
+	if _, err := os.Stat(filepath.Join(s.Workspace, "profile.schema.json")); err != nil {
+		t.Errorf("the tour's last command wrote no schema: %v", err)
+	}
 	if r.Code != 0 || strings.Contains(r.Stderr, "propio-sandbox: error:") {
 		t.Fatalf("the quick start failed:\n%s", r)
 	}
@@ -81,10 +85,9 @@ func TestQuickStart(t *testing.T) {
 	t.Logf("ran:\n%s", strings.Join(commands, "\n"))
 }
 
-// quickStart returns the commands of the README's quick start: the lines
-// of the first sh block after "## Quick start", less blank lines, comment
-// lines and the clone.
-func quickStart(t *testing.T) []string {
+// readmeBlock returns the commands of the first sh block of the README's
+// section heading: its lines, less blank lines, comment lines and a clone.
+func readmeBlock(t *testing.T, heading string) []string {
 	t.Helper()
 	f, err := os.Open(filepath.Join(repoRoot(), "README.md"))
 	if err != nil {
@@ -98,12 +101,12 @@ func quickStart(t *testing.T) []string {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "## "):
-			section = line == "## Quick start"
+			section = line == heading
 		case section && !block && line == "```sh":
 			block = true
 		case block && line == "```":
 			if len(commands) == 0 {
-				t.Fatal("the README's quick start has no commands")
+				t.Fatalf("the README's %q has no commands", heading)
 			}
 			return commands
 		case block:
@@ -113,6 +116,6 @@ func quickStart(t *testing.T) []string {
 			}
 		}
 	}
-	t.Fatalf("no sh block under \"## Quick start\" in README.md (%v)", sc.Err())
+	t.Fatalf("no sh block under %q in README.md (%v)", heading, sc.Err())
 	return nil
 }
