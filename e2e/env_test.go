@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestEnvPassthrough: only the variables the profile passes reach the
@@ -109,7 +111,10 @@ func envGreeter(t *testing.T, greeting string) (gateway string, port int, accept
 	if err != nil {
 		t.Fatalf("finding the address host-gateway means: %v", err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(gateway, "0"))
+	// IP_FREEBIND: Podman puts the address on its bridge only while a
+	// container is on it, which the sandbox is not yet.
+	lc := net.ListenConfig{Control: freeBind}
+	ln, err := lc.Listen(t.Context(), "tcp", net.JoinHostPort(gateway, "0"))
 	if err != nil {
 		t.Fatalf("listening on the bridge gateway: %v", err)
 	}
@@ -239,18 +244,23 @@ func TestBridgeGatewayOf(t *testing.T) {
 	}
 }
 
-// TestEnvHostGateway: with an open network, host.docker.internal reaches a
-// server on the host (the test's own); with none, neither the name nor the
-// address does.
+// TestEnvHostGateway: with an open network, host.docker.internal (Podman:
+// host.containers.internal, its own name) reaches a server on the host (the
+// test's own); with none, neither the name nor the address does.
 func TestEnvHostGateway(t *testing.T) {
 	t.Parallel()
+	requireEngine(t)
+	hostName := "host.docker.internal"
+	if testenv.EnginePodman(t) {
+		hostName = "host.containers.internal"
+	}
 	t.Run("open", func(t *testing.T) {
 		t.Parallel()
 		s := newSandbox(t)
 		greeting := "hello from the host " + randomID()
 		_, port, accepted := envGreeter(t, greeting)
 		p := s.Profile("network: {mode: open}\n")
-		probeOK(t, probeRun(s, p, "connect", "host.docker.internal:"+strconv.Itoa(port)), "connected: "+greeting)
+		probeOK(t, probeRun(s, p, "connect", net.JoinHostPort(hostName, strconv.Itoa(port))), "connected: "+greeting)
 		if n := accepted.Load(); n != 1 {
 			t.Fatalf("the host's server accepted %d connections, want 1", n)
 		}
@@ -260,7 +270,7 @@ func TestEnvHostGateway(t *testing.T) {
 		s := newSandbox(t)
 		gateway, port, accepted := envGreeter(t, "unreachable")
 		p := s.Profile(probeOffline)
-		for _, addr := range []string{"host.docker.internal", gateway} {
+		for _, addr := range []string{hostName, gateway} {
 			r := probeRun(s, p, "connect", net.JoinHostPort(addr, strconv.Itoa(port)))
 			if r.Code != 1 || !strings.Contains(r.Stdout, "error: ") || strings.Contains(r.Stdout, "connected") {
 				t.Fatalf("want connect to %s to fail without a network:\n%s", addr, r)
