@@ -3,7 +3,7 @@
 #
 #   docker build -t propio-sandbox/agent:latest .
 #
-# Agent tools on Debian bookworm: git, ssh, curl, bash, Node.js with npm, Python 3.
+# Agent tools on Debian bookworm: git, ssh, curl, bash, make, Node.js with npm, Python 3.
 # An agent image extends it and puts its program under /app:
 #
 #   FROM propio-sandbox/agent:latest
@@ -19,7 +19,7 @@
 FROM debian:bookworm-slim
 
 LABEL org.opencontainers.image.title="propio-sandbox/agent" \
-      org.opencontainers.image.description="Default propio-sandbox image: git, ssh, curl, bash, Node.js, Python 3"
+      org.opencontainers.image.description="Default propio-sandbox image: git, ssh, curl, bash, make, Node.js, Python 3"
 
 ENV LANG=C.UTF-8
 
@@ -29,6 +29,7 @@ RUN apt-get update \
       ca-certificates \
       curl \
       git \
+      make \
       nodejs \
       npm \
       openssh-client \

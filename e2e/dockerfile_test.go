@@ -109,6 +109,7 @@ func TestDockerfileBuilds(t *testing.T) {
 		{"node", "node --version"},
 		{"npm", "npm --version"},
 		{"python3", "python3 --version"},
+		{"make", "make --version"},
 		{"ca-certificates", "test -s /etc/ssl/certs/ca-certificates.crt"},
 		{"workdir", `test "$(pwd)" = /workspace`},
 		{"app", "test -d /app && test -s /app/README"},

@@ -40,7 +40,13 @@ type Host struct {
 	Workspace  string // absolute path of the directory the command runs in
 	Home       string
 	PropioHome string
-	UID, GID   int
+	// BuiltinContext, when set, is where a build context that a built-in
+	// profile sets is read from instead of where it says: the copy of the
+	// default image's build context that ships inside the binary, written
+	// out, for a ${PROPIO_HOME} without the Dockerfile (a `go install`ed
+	// binary).
+	BuiltinContext string
+	UID, GID       int
 	// EnvNames are the names of the host's environment variables, never their values.
 	EnvNames []string
 	// EmptyFile is an empty regular file on the host, bind-mounted read-only over hidden files.
@@ -123,12 +129,16 @@ func (h Host) Vars() profile.Vars {
 // BuildPaths returns the build context and the Dockerfile of p (which has a
 // build section) on h, absolute: the context expanded and relative to the
 // profile file that set it, the Dockerfile relative to the context, as the
-// engine takes it (Dockerfile when unset).
+// engine takes it (Dockerfile when unset). A context a built-in profile
+// sets is h.BuiltinContext when that is set.
 func BuildPaths(p *profile.Profile, h Host) (context, dockerfile string) {
 	vars := h.Vars()
 	context = profile.Expand(p.Build.Context, vars)
 	if !filepath.IsAbs(context) {
 		context = filepath.Join(p.Build.Dir, context)
+	}
+	if p.Build.Builtin() && h.BuiltinContext != "" {
+		context = h.BuiltinContext
 	}
 	context = filepath.Clean(context)
 	dockerfile = profile.Expand(p.Build.Dockerfile, vars)

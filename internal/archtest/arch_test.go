@@ -44,11 +44,13 @@ func TestLayering(t *testing.T) {
 	pkgs := list(t)
 	forbidden := map[string][]string{
 		// The generator is pure: no engine, no CLI, no host gathering, no processes or network.
-		module + "/generator":         {module + "/internal/cli", module + "/internal/hostinfo", "github.com/docker/compose", "github.com/moby/moby/client", "github.com/docker/docker/client"},
-		module + "/internal/profile":  {module + "/internal/cli", module + "/generator", module + "/internal/hostinfo", "github.com/docker/compose"},
-		module + "/schema":            {module + "/"},
-		module + "/profiles":          {module + "/"},
-		module + "/templates":         {module + "/"},
+		module + "/generator":        {module + "/internal/cli", module + "/internal/hostinfo", "github.com/docker/compose", "github.com/moby/moby/client", "github.com/docker/docker/client"},
+		module + "/internal/profile": {module + "/internal/cli", module + "/generator", module + "/internal/hostinfo", "github.com/docker/compose"},
+		module + "/schema":           {module + "/"},
+		module + "/profiles":         {module + "/"},
+		module + "/templates":        {module + "/"},
+		// The module root only embeds the default image's build context.
+		module:                        {module + "/"},
 		module + "/internal/hostinfo": {module + "/internal/cli", "github.com/docker/compose"},
 		// diskcap measures host file systems; the engine tells it where. It
 		// may use fsutil, the leaf that opens host files safely, and nothing

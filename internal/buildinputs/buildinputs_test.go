@@ -250,3 +250,22 @@ func TestInWorkspace(t *testing.T) {
 		}
 	}
 }
+
+func TestBaseImages(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, dockerfile string
+		want             []string
+	}{
+		{"one", "FROM debian:bookworm-slim\nRUN true\n", []string{"debian:bookworm-slim"}},
+		{"scratch", "FROM scratch\nCOPY a /\n", nil},
+		{"stages", "FROM golang:1 AS build\nRUN go build\nfrom --platform=linux/amd64 debian:bookworm-slim\nCOPY --from=build /x /x\nFROM build AS again\n", []string{"golang:1", "debian:bookworm-slim"}},
+		{"variable", "ARG BASE=debian\nFROM ${BASE}:12\n", nil},
+		{"continued", "FROM \\\n  alpine:3\n", []string{"alpine:3"}},
+		{"twice", "FROM alpine:3 AS a\nFROM alpine:3 AS b\n", []string{"alpine:3"}},
+	} {
+		if got := BaseImages([]byte(c.dockerfile)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: BaseImages = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

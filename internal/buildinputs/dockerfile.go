@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -143,4 +144,33 @@ func literal(src string) (string, bool) {
 		return "", false // the whole context, or outside it
 	}
 	return p, true
+}
+
+// BaseImages returns the images the FROM instructions of a Dockerfile
+// build on, in order, each once: not scratch, not an earlier stage, and
+// none written with a variable (its value is the build's).
+func BaseImages(dockerfile []byte) []string {
+	var out []string
+	stages := map[string]bool{"scratch": true}
+	for _, inst := range instructions(string(dockerfile)) {
+		fields := strings.Fields(inst)
+		if len(fields) < 2 || !strings.EqualFold(fields[0], "FROM") {
+			continue
+		}
+		args := fields[1:]
+		for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+			args = args[1:] // --platform=...
+		}
+		if len(args) == 0 {
+			continue
+		}
+		image := args[0]
+		if !stages[strings.ToLower(image)] && !strings.Contains(image, "$") && !slices.Contains(out, image) {
+			out = append(out, image)
+		}
+		if len(args) >= 3 && strings.EqualFold(args[1], "AS") {
+			stages[strings.ToLower(args[2])] = true
+		}
+	}
+	return out
 }

@@ -44,7 +44,7 @@ The output is deterministic and loads with any Compose implementation.`,
 			if missing := missingRequired(p); len(missing) > 0 {
 				fmt.Fprintf(a.stderr, "%s: warning: required environment variables are not set: %s; run will refuse to start\n", name, strings.Join(missing, ", "))
 			}
-			missing, _ := preflight.MissingMounts(p, e.sandbox().BuildHost(), os.Stat)
+			missing, _ := preflight.MissingMounts(p, e.sandbox().BuildHost(p), os.Stat)
 			for _, m := range missing {
 				fmt.Fprintf(a.stderr, "%s: warning: %s; run will refuse to start\n", name, m)
 			}

@@ -117,7 +117,7 @@ func (e env) buildInputs(p *profile.Profile) (*buildinputs.Inputs, error) {
 	if p.Build == nil {
 		return nil, nil
 	}
-	ctx, df := generator.BuildPaths(p, e.sandbox().BuildHost())
+	ctx, df := generator.BuildPaths(p, e.sandbox().BuildHost(p))
 	paths := buildinputs.Paths{Context: ctx, Dockerfile: df}
 	if !paths.InWorkspace(e.workspace) {
 		return nil, nil

@@ -154,20 +154,6 @@ func withComposeLabels(project *types.Project) *types.Project {
 	return &p
 }
 
-// Build builds the image of the project's service, showing progress on
-// the launcher's error stream.
-func (e *Engine) Build(ctx context.Context, project *types.Project, service string) error {
-	svc, ok := project.Services[service]
-	if !ok || svc.Build == nil {
-		return fmt.Errorf("the profile has no build section: nothing to build")
-	}
-	err := e.compose.Build(ctx, project, api.BuildOptions{Services: []string{service}, Progress: "plain"})
-	if err != nil {
-		return fmt.Errorf("building %s: %w", svc.Image, err)
-	}
-	return nil
-}
-
 // Kill kills the project's running containers at once.
 func (e *Engine) Kill(ctx context.Context, project string) error {
 	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{

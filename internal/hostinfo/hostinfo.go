@@ -149,6 +149,11 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 		EnvNames:   EnvNames(),
 		Exists:     map[string]bool{},
 	}
+	if h.BuiltinContext = BuiltinContext(p, h, dirs); h.BuiltinContext != "" {
+		if err := WriteAgentContext(h.BuiltinContext); err != nil {
+			return generator.Host{}, nil, err
+		}
+	}
 	if p.Network.Mode == "allowlist" {
 		h.LogDir = dirs.LogDir()
 		h.ResolvDir = dirs.ResolvDir()

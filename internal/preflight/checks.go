@@ -64,6 +64,11 @@ type Inputs struct {
 	Host generator.Host
 	// Build: the image will be built first (--build).
 	Build bool
+	// Missing, when set, is told by the image check that the image is not
+	// on the engine and that the profile's build may make it (it has a
+	// build section, trusted when it reads the workspace): run builds it
+	// first. Nil for doctor, which only says so.
+	Missing func()
 	// Limits are the host's capacity.
 	Limits profile.Limits
 	// Trust verifies repository profiles.
@@ -425,6 +430,9 @@ func (c *checker) image(ctx context.Context) Result {
 	if err != nil {
 		return fail(err.Error(), "check that the engine answers (docker info)")
 	}
+	if !found && p.Build != nil {
+		return c.buildMissing()
+	}
 	if !found {
 		return fail("image "+p.Image+" is not on the engine", c.imageHint())
 	}
@@ -432,6 +440,21 @@ func (c *checker) image(ctx context.Context) Result {
 		return fail(fmt.Sprintf("image %s is built for %s, the engine runs %s", p.Image, arch, c.info.Arch), c.imageHint())
 	}
 	return pass(p.Image + " is on the engine, for " + arch)
+}
+
+// buildMissing: the image is not on the engine and the profile says how
+// to build it; run builds it first when the build needs no trust, or is
+// trusted as it is.
+func (c *checker) buildMissing() Result {
+	p := c.Profile
+	if r := c.buildTrust(); !r.OK {
+		return fail("image "+p.Image+" is not on the engine, and its build needs trust: "+r.Reason, r.Hints...)
+	}
+	if c.Missing != nil {
+		c.Missing()
+	}
+	ctx, _ := generator.BuildPaths(p, c.Host)
+	return pass(p.Image + " is not on the engine: run builds it first, from " + ctx)
 }
 
 func (c *checker) imageHint() string {

@@ -195,7 +195,7 @@ func TestChecks(t *testing.T) {
 
 		{name: "image present", check: preflight.Image, ok: true, reason: "img:1 is on the engine, for amd64"},
 		{name: "image missing", check: preflight.Image, adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1" }, reason: "gone:1 is not on the engine", hint: "never pulls"},
-		{name: "image missing, buildable", check: preflight.Image, yaml: "build: {context: .}\n", adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1"; in.Ref = "x" }, reason: "not on the engine", hint: "propio-sandbox build -p x"},
+		{name: "image missing, buildable", check: preflight.Image, yaml: "build: {context: .}\n", adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1"; in.Ref = "x" }, ok: true, reason: "gone:1 is not on the engine: run builds it first, from "},
 		{name: "image built with --build", check: preflight.Image, yaml: "build: {context: .}\n", adjust: func(in *preflight.Inputs) { in.Profile.Image = "gone:1"; in.Build = true }, ok: true, reason: "will be built"},
 		{name: "image other arch", check: preflight.Image, adjust: func(in *preflight.Inputs) { in.Profile.Image = "arm:1" }, reason: "built for arm64, the engine runs amd64"},
 		{name: "image without engine", check: preflight.Image, adjust: func(in *preflight.Inputs) {
@@ -345,6 +345,21 @@ func TestBuildTrust(t *testing.T) {
 	in.Build = false
 	if r := one(t, in, preflight.Trust); !r.OK {
 		t.Errorf("run without --build needs no build trust: %+v", r)
+	}
+
+	// An image that is not on the engine: run builds it first, if the
+	// build is trusted as it is (here it is not).
+	missing := false
+	in.Missing = func() { missing = true }
+	in.Profile.Image = "gone:1"
+	r = one(t, in, preflight.Image)
+	if r.OK || missing || !strings.Contains(r.Reason, "gone:1 is not on the engine, and its build needs trust: ") || !strings.Contains(r.Reason, "setup.sh changed") ||
+		!slices.ContainsFunc(r.Hints, func(h string) bool { return strings.Contains(h, "propio-sandbox trust -p mine") }) {
+		t.Errorf("a missing image whose build is not trusted: %+v (building: %v)", r, missing)
+	}
+	in.Workspace = t.TempDir()
+	if r := one(t, in, preflight.Image); !r.OK || !missing || !strings.Contains(r.Reason, "run builds it first, from "+ctx) {
+		t.Errorf("a missing image whose build reads nothing of the workspace: %+v (building: %v)", r, missing)
 	}
 }
 

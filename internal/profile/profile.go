@@ -77,6 +77,10 @@ type Build struct {
 	Dir string `yaml:"-"`
 }
 
+// Builtin reports whether a built-in profile set the build's context (a
+// profile file has a directory).
+func (b *Build) Builtin() bool { return b.Dir == "" }
+
 type Workspace struct {
 	Target   string   `yaml:"target,omitempty"`
 	Mode     string   `yaml:"mode,omitempty"`

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -62,6 +63,7 @@ var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on Po
 type launch struct {
 	*Launch
 	report Reporter
+	build  bool // build the image first: --build, or it is missing
 	plan   *Plan
 	rt     backend.Runtime
 	facts  backend.Facts // the engine's, as it reports them
@@ -94,7 +96,10 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err := l.checkGrants(f.Conn.Host); err != nil {
 		return 0, err
 	}
-	s := &launch{Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{})}
+	s := &launch{Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{}), build: l.Build || f.Missing}
+	if f.Missing && !l.Build {
+		s.report.Note(l.Profile.Image + " is not on the engine: building it first")
+	}
 	facts, err := s.rt.Facts(ctx) // the info preflight read
 	if err != nil {
 		return 0, err
@@ -193,6 +198,11 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 	defer s.reportLeftovers(ctx)
 	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
 		return 0, ErrAllowlistOnPodman
+	}
+	if s.build {
+		if code, err := s.buildFirst(ctx); err != nil {
+			return code, err
+		}
 	}
 	// The SSH agent, when the profile or the environment asks for it:
 	// set up before anything is created, torn down after everything is
@@ -297,7 +307,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		code, err = Run(ctx, s.rt, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
-			Build:       s.Build,
+			Build:       s.build,
 			// The image check of preflight has just looked.
 			ImageChecked: true,
 			Ran: func() {
@@ -319,6 +329,43 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		}
 	}
 	return code, err
+}
+
+// buildFirst builds the image (--build, or it is missing) before anything
+// of the run is made: the declared checks run it too. A signal stops the
+// build, and the launch, with 128+N.
+func (s *launch) buildFirst(ctx context.Context) (int, error) {
+	project, err := s.plan.Generate(s.opts)
+	if err != nil {
+		return 0, err
+	}
+	sigc := make(chan os.Signal, 1)
+	var sigs processSignals
+	sigs.Notify(sigc)
+	defer sigs.Stop(sigc)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	heard := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-sigc:
+			heard <- sig
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err = buildImage(ctx, s.rt, project, generator.Service)
+	cancel()
+	select {
+	case sig := <-heard:
+		return 128 + int(sig.(syscall.Signal)), fmt.Errorf("%w by %v while building %s", ErrInterrupted, sig, s.Profile.Image)
+	default:
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.build = false // built: the run only looks
+	return 0, nil
 }
 
 // adjustAll applies what the launch found out to the host facts.

@@ -253,3 +253,32 @@ func TestDeclaredCheckKeepsItsOutput(t *testing.T) {
 		t.Errorf("the check ran %d projects, want one of its own", len(f.runs))
 	}
 }
+
+// An image to build (--build, or missing) is built before the profile's
+// declared checks run it, once, and the run itself builds nothing.
+func TestBuildBeforeDeclaredChecks(t *testing.T) {
+	t.Parallel()
+	p, env := loadProfile(t, "offline")
+	p.Checks = append(p.Checks, profile.DeclaredCheck{Name: "unit", Run: []string{"make", "test"}})
+	plan, err := NewPlan(env, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFake(t)
+	f.plan = &backend.DiskPlan{}
+	rec := &recorder{}
+	s := &launch{Launch: &Launch{Env: env, Profile: p, Report: rec}, report: rec, plan: plan, rt: f, facts: f.facts, gcDone: make(chan struct{}), build: true}
+	s.opts = generator.Options{Project: generator.ProjectName(env.Workspace, "")}
+	if code, err := s.run(context.Background(), engineNames{}); code != 0 || err != nil {
+		t.Fatalf("run = %d, %v", code, err)
+	}
+	var steps []string
+	for _, c := range f.called() {
+		if c == "Build" || c == "Run" {
+			steps = append(steps, c)
+		}
+	}
+	if want := []string{"Build", "Run", "Run"}; !slices.Equal(steps, want) {
+		t.Errorf("builds and runs %q, want %q (the check's run, then the sandbox's); calls %q", steps, want, f.calls)
+	}
+}

@@ -307,7 +307,7 @@ func (r *run) ensureImages(ctx context.Context, svc types.ServiceConfig) error {
 
 func (r *run) ensureImage(ctx context.Context, svc types.ServiceConfig, build bool) error {
 	if build && svc.Build != nil {
-		return r.rt.Build(ctx, r.project, svc.Name)
+		return buildImage(ctx, r.rt, r.project, svc.Name)
 	}
 	ok, err := r.rt.HasImage(ctx, svc.Image)
 	if err != nil {

@@ -31,11 +31,14 @@ type Preflight struct {
 	// Conn is the engine the checks connected to, if they did: the caller
 	// closes it.
 	Conn *Conn
+	// Missing: the image is not on the engine, and the launch builds it
+	// first (the profile says how, and may).
+	Missing bool
 }
 
 // Checks are the built-in checks, in the order run passes them.
 func (f *Preflight) Checks() []preflight.Check {
-	host := f.Env.BuildHost()
+	host := f.Env.BuildHost(f.Profile)
 	var cs func(context.Context) (string, string)
 	if f.ChangesetMode != nil {
 		cs = func(ctx context.Context) (string, string) {
@@ -57,6 +60,7 @@ func (f *Preflight) Checks() []preflight.Check {
 		Limits:    hostinfo.Limits(),
 		Trust:     profile.TrustStore{Dir: f.Env.Dirs.State},
 		Connect:   f.connect,
+		Missing:   func() { f.Missing = true },
 	})
 }
 
@@ -87,10 +91,13 @@ func (f *Preflight) TrustCheck() preflight.Result {
 	return preflight.Result{Name: preflight.Trust, Reason: "the trust check is missing from the built-in checks"}
 }
 
-// BuildHost is the generator's view of the host that build paths need.
-func (e Env) BuildHost() generator.Host {
+// BuildHost is the generator's view of the host that p's build and mount
+// paths need.
+func (e Env) BuildHost(p *profile.Profile) generator.Host {
 	home, _ := os.UserHomeDir()
-	return generator.Host{Workspace: e.Workspace, Home: home, PropioHome: hostinfo.PropioHome()}
+	h := generator.Host{Workspace: e.Workspace, Home: home, PropioHome: hostinfo.PropioHome()}
+	h.BuiltinContext = hostinfo.BuiltinContext(p, h, e.Dirs)
+	return h
 }
 
 // Declared are the profile's own checks, each in a throwaway sandbox on the
