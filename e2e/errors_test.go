@@ -304,19 +304,22 @@ func TestErrorImageMissing(t *testing.T) {
 		}
 	})
 
-	t.Run("build section", func(t *testing.T) {
-		p := s.Profile("image: " + image + "\nbuild: {context: .}\nnetwork: {mode: none}\n")
-		if err := os.WriteFile(filepath.Join(filepath.Dir(p), "Dockerfile"), []byte("FROM "+ProbeImage+"\n"), 0o644); err != nil {
+	// A missing image with a build section is built by the first run
+	// (TestBuild), unless the build reads what the agent can change and is
+	// not trusted as it is: then run refuses before it builds anything.
+	t.Run("untrusted build section", func(t *testing.T) {
+		p := s.Profile("image: " + image + "\nbuild:\n  context: ${WORKSPACE}\nnetwork: {mode: none}\n")
+		if err := os.WriteFile(filepath.Join(s.Workspace, "Dockerfile"), []byte("FROM "+ProbeImage+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		r := s.Run("", "run", "-p", p, "--", "exit", "0")
-		errorsCheck(t, r, 3, []string{"preflight check image failed", image}, []string{"propio-sandbox build"})
+		errorsCheck(t, r, 3, []string{"preflight check image failed", image}, []string{"propio-sandbox trust"})
 		if left := s.Leftovers(); len(left) > 0 {
 			t.Errorf("a failed run left %v", left)
 		}
 		if _, err := docker("image", "inspect", image); err == nil {
 			docker("image", "rm", image)
-			t.Errorf("run built %s without --build", image)
+			t.Errorf("run built %s from an untrusted Dockerfile in the workspace", image)
 		}
 	})
 }
