@@ -61,7 +61,15 @@ func TestInvalidProfiles(t *testing.T) {
 		// YAML that is not one plain mapping.
 		"yaml syntax error": {
 			yaml: "image: [unclosed\n",
-			want: []string{"1:1: invalid YAML: did not find expected ',' or ']'"},
+			want: []string{"2:1: invalid YAML: did not find expected ',' or ']'"}, // where the file ends
+		},
+		"yaml syntax error in a flow mapping": {
+			yaml: "image: a\nnetwork: {mode: none}\nbuild: {context: ${WORKSPACE}}\n",
+			want: []string{"3:1: invalid YAML: did not find expected ',' or '}'"},
+		},
+		"yaml syntax error in a block": {
+			yaml: "image: a\nnetwork:\n  mode: none\n - x\n",
+			want: []string{"4:1: invalid YAML: did not find expected key"},
 		},
 		"tab indentation": {
 			yaml: "image: a\n\tnetwork: x\n",

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/propio/propio-sandbox/schema"
 	"go.yaml.in/yaml/v3"
@@ -126,10 +127,26 @@ func syntaxError(file string, err error) *Error {
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		if m[1] != "" {
 			line, _ = strconv.Atoi(m[1])
+			if parserError(m[2]) {
+				// yaml.v3 gives a parser's (not a scanner's) mark
+				// 0-based, and none for the first line.
+				line++
+			}
 		}
 		msg = m[2]
 	}
 	return &Error{Pos: Pos{File: file, Line: line, Col: 1}, Msg: "invalid YAML: " + msg}
+}
+
+// parserError is whether yaml.v3's message is one of its parser's (its
+// parserc.go), whose line it reports 0-based, rather than its scanner's.
+func parserError(msg string) bool {
+	for _, p := range []string{"did not find expected ", "found undefined tag handle", "found duplicate %", "found incompatible YAML document"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func posOf(file string, n *yaml.Node) Pos {
