@@ -187,9 +187,9 @@ func (c *Config) allowedPorts(name string) []uint16 {
 	return ports
 }
 
-// LogForwarded logs a connection the kernel forwarded: the name its virtual
-// address stood for, decided again (it was allowed when it was set up).
-func (c *Config) LogForwarded(k Conn) {
+// decideNAT decides a connection the kernel saw again, for its log entry:
+// by the name its virtual address stands for, at the time it began.
+func (c *Config) decideNAT(k Conn) decisionlog.Entry {
 	name, ok := c.virtual.name(k.Dst.Addr())
 	if !ok {
 		name = k.Dst.Addr().String()
@@ -198,6 +198,13 @@ func (c *Config) LogForwarded(k Conn) {
 	if !k.Start.IsZero() {
 		e.Time = k.Start.UTC()
 	}
+	return e
+}
+
+// LogForwarded logs a connection the kernel forwarded: the name its virtual
+// address stood for, decided again (it was allowed when it was set up).
+func (c *Config) LogForwarded(k Conn) {
+	e := c.decideNAT(k)
 	e.BytesUp, e.BytesDown = k.BytesUp, k.BytesDown
 	if !e.Allowed {
 		// Forwarded, yet not allowed now: the name's virtual address was
@@ -210,14 +217,7 @@ func (c *Config) LogForwarded(k Conn) {
 // LogRefused logs a connection the kernel refused: one to a virtual address
 // on a port the policy does not allow for its name.
 func (c *Config) LogRefused(k Conn) {
-	name, ok := c.virtual.name(k.Dst.Addr())
-	if !ok {
-		name = k.Dst.Addr().String()
-	}
-	e := c.decide(net.TCPAddrFromAddrPort(k.Client), "nat", name, k.Dst.Port())
-	if !k.Start.IsZero() {
-		e.Time = k.Start.UTC()
-	}
+	e := c.decideNAT(k)
 	if e.Allowed {
 		// The name's ports changed as it connected.
 		e.Allowed, e.Rule, e.Reason = false, "", "refused by the kernel: port "+fmt.Sprint(k.Dst.Port())+" was not forwarded when it connected"
