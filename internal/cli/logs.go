@@ -106,7 +106,7 @@ func printLogJSON(w io.Writer, entries []decisionlog.Entry) error {
 
 func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tDECISION\tVIA\tDESTINATION\tCLIENT\tWHY\tUP\tDOWN")
+	fmt.Fprintln(tw, "TIME\tDECISION\tBY\tVIA\tDESTINATION\tCLIENT\tWHY\tUP\tDOWN")
 	for _, en := range entries {
 		why := en.Reason
 		if en.Error != "" {
@@ -116,7 +116,11 @@ func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 		if en.Port != 0 { // a DNS query has a name and no port
 			dest = net.JoinHostPort(en.Host, strconv.Itoa(int(en.Port)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(), en.Via, dest, en.Client, why, en.BytesUp, en.BytesDown)
+		by := en.ByWho()
+		if en.Scope != "" {
+			by += "/" + en.Scope // user/once, user/run, user/always
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(), by, en.Via, dest, en.Client, why, en.BytesUp, en.BytesDown)
 	}
 	return tw.Flush()
 }
