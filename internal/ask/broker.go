@@ -203,6 +203,14 @@ func (b *Broker) detach(w chan Event) {
 	}
 }
 
+// Attach attaches an approver in this process (a test's, or a frontend's
+// that runs in the gateway): it gets every new request and decision on
+// the channel, which is closed by detach (or when it does not keep up).
+func (b *Broker) Attach() (events <-chan Event, detach func()) {
+	w, _ := b.attach()
+	return w, func() { b.detach(w) }
+}
+
 // Attached reports whether an approver is attached.
 func (b *Broker) Attached() bool {
 	b.mu.Lock()
