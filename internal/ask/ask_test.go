@@ -81,7 +81,10 @@ func TestAskDecideMerge(t *testing.T) {
 	outcomes := make([]Outcome, 2)
 	for i := range outcomes {
 		wg.Add(1)
-		go func() { defer wg.Done(); outcomes[i] = b.Ask(context.Background(), Request{Host: "a.test", Port: 443, Via: "connect"}) }()
+		go func() {
+			defer wg.Done()
+			outcomes[i] = b.Ask(context.Background(), Request{Host: "a.test", Port: 443, Via: "connect"})
+		}()
 	}
 	ev := <-events
 	if ev.Type != EventPending || ev.Request.Host != "a.test" || ev.Request.Project != "p" || ev.Request.Kind != KindNetwork {

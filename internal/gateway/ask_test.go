@@ -131,7 +131,9 @@ func TestAskDNS(t *testing.T) {
 	defer detach()
 	d := &DNS{Config: p.cfg, Answer: netip.MustParseAddr("192.0.2.53")}
 	answer := make(chan []byte, 1)
-	go func() { answer <- d.respond(nil, dnsQuery(t, 7, "other.test.", dnsmessage.TypeA, dnsmessage.ClassINET)) }()
+	go func() {
+		answer <- d.respond(nil, dnsQuery(t, 7, "other.test.", dnsmessage.TypeA, dnsmessage.ClassINET))
+	}()
 	ev := <-events
 	if ev.Request.Via != "dns" || ev.Request.Port != 0 || ev.Request.Host != "other.test" {
 		t.Fatalf("event = %+v", ev)
