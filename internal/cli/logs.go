@@ -21,9 +21,10 @@ func newLogs(a *app) *cobra.Command {
 		Long: `Show what the egress gateway of an allowlist sandbox (network.mode allowlist, as in
 the strict and standard profiles) allowed, denied, and allowed but could not
 carry (failed: a name that does not resolve, an upstream that does not answer),
-one line per decision, in the order they happened: time, outcome, way in (http,
-connect, socks5, dns, nat, sni, host, tcp), destination, client, why, and bytes
-each way. Without PROJECT, the latest sandbox started in this directory; the log
+one line per decision, in the order they happened: time, outcome, who decided
+(rule; or, with network.unlisted: ask, user/SCOPE, timeout or no-approver), way
+in (http, connect, socks5, dns, nat, sni, host, tcp), destination, client, why,
+and bytes each way. Without PROJECT, the latest sandbox started in this directory; the log
 grows while it runs, so this works during a run as well as after it (a
 connection is listed once it has ended).`,
 		Args: cobra.MaximumNArgs(1),
