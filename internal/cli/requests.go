@@ -54,7 +54,7 @@ are denied at once. --json prints JSON (with --watch, one event per line).
 			if watch {
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				return watchRequests(ctx, a.stdout, f, asJSON)
+				return watchRequests(ctx, a.stdout, a.stderr, f, asJSON)
 			}
 			return listRequests(cmd.Context(), a.stdout, f, asJSON)
 		},
@@ -102,7 +102,7 @@ func destination(r ask.Request) string {
 
 // watchRequests attaches to every sandbox f serves, as they start, and
 // prints their events until ctx ends.
-func watchRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) error {
+func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON bool) error {
 	var mu sync.Mutex
 	print := func(ev ask.Event) {
 		mu.Lock()
@@ -128,7 +128,12 @@ func watchRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) er
 			}
 			watching[s.Dir] = true
 			go func() {
-				_ = s.Watch(ctx, print)
+				attached := func() {
+					mu.Lock()
+					defer mu.Unlock()
+					fmt.Fprintf(status, "%s: approving the requests of %s (%s)\n", name, s.Project, s.Workspace)
+				}
+				_ = s.WatchAttached(ctx, attached, print)
 				mu.Lock()
 				delete(watching, s.Dir)
 				mu.Unlock()
