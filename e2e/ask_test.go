@@ -234,6 +234,31 @@ func TestAskAllowlist(t *testing.T) {
 		if out := recv(t, got); !strings.Contains(out, "alpha http tcp.test /") {
 			t.Fatalf("allowed by its lookup: %q", out)
 		}
+		// Allowed for the run: the kernel forwards the name (its answer is a
+		// virtual address), and the next connection asks nothing.
+		got = inSandbox(r, curl("--noproxy '*' http://sub.wild.test/one"))
+		ev = a.next(ask.EventPending)
+		if ev.Request.Host != "sub.wild.test" || ev.Request.Via != "dns" {
+			t.Fatalf("request = %+v", ev.Request)
+		}
+		decide(t, s, "allow", ev.Request.ID, "run")
+		if out := recv(t, got); !strings.Contains(out, "beta http sub.wild.test /one") {
+			t.Fatalf("allowed for the run: %q", out)
+		}
+		if out := recv(t, inSandbox(r, curl("--noproxy '*' http://sub.wild.test/two"))); !strings.Contains(out, "beta http sub.wild.test /two") {
+			t.Fatalf("allowed for the run, again: %q", out)
+		}
+		a.nonePending()
+		// Through SOCKS5 (ALL_PROXY), held the same way.
+		got = inSandbox(r, curl("-x socks5h://"+r.Gateway+":1080 http://denied.test/socks"))
+		ev = a.next(ask.EventPending)
+		if ev.Request.Host != "denied.test" || ev.Request.Via != "socks5" || ev.Request.Port != 80 {
+			t.Fatalf("request = %+v", ev.Request)
+		}
+		decide(t, s, "allow", ev.Request.ID, "once")
+		if out := recv(t, got); !strings.Contains(out, "beta http denied.test /socks") {
+			t.Fatalf("allowed through SOCKS5: %q", out)
+		}
 		// Denied: the name does not exist.
 		got = inSandbox(r, "getent hosts wild.test; echo exit=$?")
 		ev = a.next(ask.EventPending)
