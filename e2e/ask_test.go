@@ -143,7 +143,7 @@ func TestAskAllowlist(t *testing.T) {
 	requireAgentImage(t)
 	in := newInternet(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "ask-e2e") // a short path: a unix socket's is at most 108 bytes
+	rt, err := os.MkdirTemp("", "ask-e2e") // $XDG_RUNTIME_DIR, as a desktop session has one
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,33 @@ func watch(t *testing.T, s Sandbox, b *Broker) <-chan Event {
 		time.Sleep(time.Millisecond)
 	}
 	return events
+}
+
+// A socket whose path is too long for a socket address is reached all the
+// same.
+func TestLongSocketPath(t *testing.T) {
+	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Minute}
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway listens by a short path of its own (its mount).
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", SocketName)
+	os.Chdir(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: b.Handler()}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	s := Sandbox{Project: "p", Workspace: "/w", Dir: dir}
+	if reqs, err := s.Pending(context.Background()); err != nil || len(reqs) != 0 {
+		t.Fatalf("Pending through %d bytes of path: %v, %v", len(filepath.Join(dir, SocketName)), reqs, err)
+	}
 }
 
 func TestNoApproverDeniesAtOnce(t *testing.T) {

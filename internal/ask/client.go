@@ -91,7 +91,9 @@ func Open(dir string) (Sandbox, error) {
 
 // live reports whether something serves the sandbox's socket.
 func (s Sandbox) live() bool {
-	c, err := net.DialTimeout("unix", filepath.Join(s.Dir, SocketName), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := s.dial(ctx)
 	if err != nil {
 		return false
 	}
@@ -99,14 +101,31 @@ func (s Sandbox) live() bool {
 	return true
 }
 
+// maxSocketPath is the longest path a unix socket address holds (Linux:
+// 108 bytes with the final NUL).
+const maxSocketPath = 107
+
+// dial connects to the sandbox's socket. A path too long for a socket
+// address (a deep $XDG_STATE_HOME) is reached through the directory's file
+// descriptor, /proc/self/fd/N/ask.sock, where there is a /proc.
+func (s Sandbox) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	sock := filepath.Join(s.Dir, SocketName)
+	if len(sock) <= maxSocketPath {
+		return d.DialContext(ctx, "unix", sock)
+	}
+	dir, err := os.Open(s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), SocketName))
+}
+
 // client speaks HTTP to the sandbox's socket.
 func (s Sandbox) client() *http.Client {
-	sock := filepath.Join(s.Dir, SocketName)
 	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
+		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return s.dial(ctx) },
 		DisableKeepAlives: true,
 	}}
 }
