@@ -170,6 +170,7 @@ func Append(path string) (*Writer, error) {
 
 // Write appends one entry.
 func (l *Writer) Write(e Entry) error {
+	e.DecidedBy = e.ByWho() // every line says who decided
 	line, err := json.Marshal(e)
 	if err != nil {
 		return err
