@@ -160,9 +160,17 @@ func startAllowlist(t *testing.T, s *sandbox, in *internet, profileYAML string) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	gw, err := docker("exec", r.Agent, "/probe", "env", "HTTP_PROXY")
+	// The container's environment, as the engine has it: any image (the
+	// probe's, or the agent's, which has no /probe).
+	env, err := docker("inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", r.Agent)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var gw string
+	for _, kv := range strings.Split(env, "\n") {
+		if strings.HasPrefix(kv, "HTTP_PROXY=") {
+			gw = kv
+		}
 	}
 	r.Gateway = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(gw), "HTTP_PROXY=http://"), ":3128")
 	if _, err := netip.ParseAddr(r.Gateway); err != nil {

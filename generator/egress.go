@@ -26,6 +26,10 @@ const (
 	OutsideNetwork = "outside"
 	// GatewayLogDir is where the gateway's decision log directory is mounted.
 	GatewayLogDir = "/log"
+	// GatewayAskDir is where the sandbox's ask directory (network.unlisted:
+	// ask) is mounted in the gateway, which serves ask.sock there. The
+	// agent's container never has it.
+	GatewayAskDir = "/ask"
 	// DefaultGatewayImage names the gateway's image when Options has none.
 	DefaultGatewayImage = "propio-sandbox/gateway:latest"
 )
@@ -152,6 +156,12 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	if p.Network.Bandwidth.IsSet() {
 		command = append(command, "--bandwidth", p.Network.Bandwidth.Text)
 	}
+	if p.Network.Asks() {
+		if h.AskDir == "" {
+			return nil, fmt.Errorf("network.unlisted ask: no directory for the gateway's ask socket")
+		}
+		command = append(command, "--ask", GatewayAskDir, "--ask-timeout", p.Network.AskTimeoutOrDefault().String())
+	}
 	g := types.ServiceConfig{Name: GatewayService}
 	g.Image = image
 	g.PullPolicy = types.PullPolicyNever
@@ -187,6 +197,12 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		Type: types.VolumeTypeBind, Source: h.LogDir, Target: GatewayLogDir,
 		Bind: &types.ServiceVolumeBind{CreateHostPath: false},
 	}}
+	if p.Network.Asks() {
+		g.Volumes = append(g.Volumes, types.ServiceVolumeConfig{
+			Type: types.VolumeTypeBind, Source: AskDir(h.AskDir, o.Project), Target: GatewayAskDir,
+			Bind: &types.ServiceVolumeBind{CreateHostPath: false},
+		})
+	}
 	g.Networks = map[string]*types.ServiceNetworkConfig{
 		SandboxNetwork: {Ipv4Address: gw.String()},
 		OutsideNetwork: nil,
@@ -225,6 +241,10 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	}
 	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project)}, nil
 }
+
+// AskDir is the ask directory of project under base (Host.AskDir): the
+// launcher makes it, the gateway serves ask.sock in it.
+func AskDir(base, project string) string { return filepath.Join(base, project) }
 
 // JoinedNetwork is the project's key for the network.join network name.
 func JoinedNetwork(name string) string { return "join-" + name }

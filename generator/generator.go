@@ -58,6 +58,9 @@ type Host struct {
 	Exists map[string]bool
 	// LogDir is the host directory of the allowlist gateways' decision logs.
 	LogDir string
+	// AskDir is the host directory of the ask directories of sandboxes with
+	// network.unlisted: ask, one per project (package ask).
+	AskDir string
 	// ResolvDir is the host directory of the resolv.conf files that point an
 	// allowlist sandbox's DNS at its gateway (ResolvConf names one).
 	ResolvDir string

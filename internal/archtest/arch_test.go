@@ -59,6 +59,10 @@ func TestLayering(t *testing.T) {
 		// The decision log store owns a file format: nothing of ours, so
 		// the generator may name its files and the gateway write them.
 		module + "/internal/decisionlog": {module + "/"},
+		// The ask protocol (its types, the host's client, the gateway's
+		// broker) is shared by the CLI's frontends and the gateway: it
+		// depends on nothing of ours, so both may import it.
+		module + "/internal/ask": {module + "/"},
 		// The gateway decides and relays; the kernel forwards behind its
 		// Kernel interface (natfwd is gatewayd's), and it never sees a
 		// profile, a project or an engine.

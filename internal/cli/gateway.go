@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"time"
 
 	"github.com/propio/propio-sandbox/internal/egress"
 	"github.com/propio/propio-sandbox/internal/gatewayd"
@@ -24,6 +25,8 @@ type gatewayFlags struct {
 	log       string
 	virtual   string
 	uid, gid  int
+	ask       string
+	askTime   time.Duration
 }
 
 func newGateway(a *app) *cobra.Command {
@@ -53,6 +56,8 @@ is no need to start it by hand.`,
 	fl.StringVar(&f.virtual, "virtual", "", "forward allowed names in the kernel, through the addresses of `PREFIX` (needs CAP_NET_ADMIN and net.ipv4.ip_forward=1)")
 	fl.IntVar(&f.uid, "uid", -1, "started as root: serve as `UID`, keeping only CAP_NET_ADMIN")
 	fl.IntVar(&f.gid, "gid", -1, "with --uid: serve as group `GID`")
+	fl.StringVar(&f.ask, "ask", "", "ask about destinations no rule matches, serving ask.sock in `DIR` (with its sandbox.json)")
+	fl.DurationVar(&f.askTime, "ask-timeout", 60*time.Second, "with --ask: deny a request nobody decided within `DURATION`")
 	return cmd
 }
 
@@ -74,7 +79,7 @@ func (a *app) gateway(cmd *cobra.Command, f gatewayFlags) error {
 
 // options parses the flags into what the gateway serves.
 func (f gatewayFlags) options() (gatewayd.Options, error) {
-	o := gatewayd.Options{Profile: f.profile, DenyAt: f.denyAt, Log: f.log, Virtual: f.virtual}
+	o := gatewayd.Options{Profile: f.profile, DenyAt: f.denyAt, Log: f.log, Virtual: f.virtual, Ask: f.ask, AskTimeout: f.askTime}
 	if f.uid >= 0 {
 		o.User = &gatewayd.User{UID: f.uid, GID: f.gid}
 	}

@@ -21,9 +21,10 @@ func newLogs(a *app) *cobra.Command {
 		Long: `Show what the egress gateway of an allowlist sandbox (network.mode allowlist, as in
 the strict and standard profiles) allowed, denied, and allowed but could not
 carry (failed: a name that does not resolve, an upstream that does not answer),
-one line per decision, in the order they happened: time, outcome, way in (http,
-connect, socks5, dns, nat, sni, host, tcp), destination, client, why, and bytes
-each way. Without PROJECT, the latest sandbox started in this directory; the log
+one line per decision, in the order they happened: time, outcome, who decided
+(rule; or, with network.unlisted: ask, user/SCOPE, timeout or no-approver), way
+in (http, connect, socks5, dns, nat, sni, host, tcp), destination, client, why,
+and bytes each way. Without PROJECT, the latest sandbox started in this directory; the log
 grows while it runs, so this works during a run as well as after it (a
 connection is listed once it has ended).`,
 		Args: cobra.MaximumNArgs(1),
@@ -106,7 +107,7 @@ func printLogJSON(w io.Writer, entries []decisionlog.Entry) error {
 
 func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tDECISION\tVIA\tDESTINATION\tCLIENT\tWHY\tUP\tDOWN")
+	fmt.Fprintln(tw, "TIME\tDECISION\tBY\tVIA\tDESTINATION\tCLIENT\tWHY\tUP\tDOWN")
 	for _, en := range entries {
 		why := en.Reason
 		if en.Error != "" {
@@ -116,7 +117,11 @@ func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 		if en.Port != 0 { // a DNS query has a name and no port
 			dest = net.JoinHostPort(en.Host, strconv.Itoa(int(en.Port)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(), en.Via, dest, en.Client, why, en.BytesUp, en.BytesDown)
+		by := en.ByWho()
+		if en.Scope != "" {
+			by += "/" + en.Scope // user/once, user/run, user/always
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(), by, en.Via, dest, en.Client, why, en.BytesUp, en.BytesDown)
 	}
 	return tw.Flush()
 }

@@ -68,6 +68,24 @@ type Entry struct {
 	BytesUp   int64     `json:"bytes_up"`   // sandbox to upstream
 	BytesDown int64     `json:"bytes_down"` // upstream to sandbox
 	Error     string    `json:"error,omitempty"`
+	// DecidedBy is who decided: rule (the profile's rules, or the addresses
+	// no rule can allow), user (asked, with network.unlisted: ask, or by a
+	// decision of theirs for the run), timeout (asked, and nobody answered
+	// in time) or no-approver (asked, and nobody was there to answer, or
+	// too many requests waited). Logs written before it was recorded have
+	// none: ByWho says rule for them.
+	DecidedBy string `json:"decided_by,omitempty"`
+	// Scope is how far a user's decision reaches: once, run or always.
+	Scope string `json:"scope,omitempty"`
+}
+
+// ByWho is who decided e: DecidedBy, or rule for an entry without one (the
+// rules decided everything before the gateway could ask).
+func (e Entry) ByWho() string {
+	if e.DecidedBy == "" {
+		return "rule"
+	}
+	return e.DecidedBy
 }
 
 // Outcome is what became of a decision, as `logs` shows it.
@@ -152,6 +170,7 @@ func Append(path string) (*Writer, error) {
 
 // Write appends one entry.
 func (l *Writer) Write(e Entry) error {
+	e.DecidedBy = e.ByWho() // every line says who decided
 	line, err := json.Marshal(e)
 	if err != nil {
 		return err

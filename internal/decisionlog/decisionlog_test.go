@@ -92,14 +92,38 @@ func TestEntriesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := range want { // every line written says who decided: the rules, unless said
+		want[i].DecidedBy = "rule"
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("read back\n%+v\nwant\n%+v", got, want)
 	}
 	// The format is what `logs --json` prints and the README shows.
 	data, _ := os.ReadFile(path)
 	line := strings.Split(string(data), "\n")[2]
-	if line != `{"time":"2026-11-22T10:00:02Z","client":"198.18.0.3:40001","via":"dns","host":"denied.test","port":53,"allowed":false,"reason":"no network.allow rule matches","bytes_up":0,"bytes_down":0}` {
+	if line != `{"time":"2026-11-22T10:00:02Z","client":"198.18.0.3:40001","via":"dns","host":"denied.test","port":53,"allowed":false,"reason":"no network.allow rule matches","bytes_up":0,"bytes_down":0,"decided_by":"rule"}` {
 		t.Errorf("an entry is written as %s", line)
+	}
+}
+
+// An asked decision keeps who decided and its scope; a line of a log
+// written before decided_by was (none) was decided by the rules.
+func TestDecidedBy(t *testing.T) {
+	var buf strings.Builder
+	w := NewWriter(&buf)
+	w.Write(Entry{Time: t0, Via: "connect", Host: "a.test", Port: 443, Allowed: true, DecidedBy: "user", Scope: "run"})
+	if !strings.Contains(buf.String(), `"decided_by":"user","scope":"run"`) {
+		t.Errorf("written as %s", buf.String())
+	}
+	path := filepath.Join(t.TempDir(), "old.jsonl")
+	old := `{"time":"2026-11-22T10:00:00Z","event":"start","project":"p","workspace":"/w","profile":"x"}` + "\n" +
+		`{"time":"2026-11-22T10:00:01Z","via":"dns","host":"a.test","allowed":true,"reason":"r","bytes_up":0,"bytes_down":0}` + "\n"
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(path)
+	if err != nil || len(got) != 1 || got[0].ByWho() != "rule" || got[0].Scope != "" {
+		t.Fatalf("an old log reads as %+v, %v", got, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
@@ -64,6 +65,7 @@ type DNS struct {
 type dnsDecision struct {
 	name, rule, reason, err string
 	allowed                 bool
+	by                      decidedBy
 }
 
 // ServeUDP answers the queries that arrive on pc until pc is closed, then
@@ -165,8 +167,9 @@ func (d *DNS) respond(client net.Addr, query []byte) []byte {
 		return dnsReply(h, q, dnsmessage.RCodeRefused, netip.Addr{})
 	}
 	dec := nameDecision(d.Config.Policy, name)
+	by := d.Config.lookupAsk(name, &dec)
 	if !dec.Allowed {
-		d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
+		d.logBy(client, name, dec.Allowed, dec.Rule, dec.Reason, "", by)
 		return dnsReply(h, q, dnsmessage.RCodeNameError, netip.Addr{})
 	}
 	var answer netip.Addr
@@ -197,16 +200,21 @@ func (d *DNS) respond(client net.Addr, query []byte) []byte {
 	case dnsmessage.TypeAAAA:
 		answer = d.Answer6
 	}
-	d.log(client, name, dec.Allowed, dec.Rule, dec.Reason, "")
+	d.logBy(client, name, dec.Allowed, dec.Rule, dec.Reason, "", by)
 	return dnsReply(h, q, dnsmessage.RCodeSuccess, answer)
 }
 
 func (d *DNS) log(client net.Addr, name string, allowed bool, rule, reason, errText string) {
+	d.logBy(client, name, allowed, rule, reason, errText, decidedBy{ask.ByRule, ""})
+}
+
+// logBy logs a decision of the DNS server, decided by by.
+func (d *DNS) logBy(client net.Addr, name string, allowed bool, rule, reason, errText string, by decidedBy) {
 	now := d.Config.now()
-	if d.repeat(dnsDecision{name: name, rule: rule, reason: reason, err: errText, allowed: allowed}, now) {
+	if d.repeat(dnsDecision{name: name, rule: rule, reason: reason, err: errText, allowed: allowed, by: by}, now) {
 		return
 	}
-	e := decisionlog.Entry{Time: now.UTC(), Via: "dns", Host: name, Allowed: allowed, Rule: rule, Reason: reason, Error: errText}
+	e := decisionlog.Entry{Time: now.UTC(), Via: "dns", Host: name, Allowed: allowed, Rule: rule, Reason: reason, Error: errText, DecidedBy: by.who, Scope: by.scope}
 	if client != nil {
 		e.Client = client.String()
 	}

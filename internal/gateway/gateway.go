@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
@@ -66,6 +67,11 @@ type Config struct {
 	// a prefix of the sandbox network that no container has. They are never
 	// an upstream.
 	Virtual netip.Prefix
+	// Ask, when set (network.unlisted: ask), is asked about a connection or
+	// a lookup that no rule matches, which waits for its answer (ask.go).
+	Ask *ask.Broker
+
+	asked remembered // the run's decisions of the user's
 
 	virtual   *virtualTable
 	lookups   lookupCache // the system resolver's answers, when Resolve is nil
@@ -134,14 +140,26 @@ func (c *Config) now() time.Time {
 	return time.Now()
 }
 
-// decide asks the policy and returns the log entry it starts.
+// decide asks the policy (and the user's decisions of the run, when the
+// gateway asks) and returns the log entry it starts. It never waits: see
+// decideAsk.
 func (c *Config) decide(client net.Addr, via, host string, port uint16) decisionlog.Entry {
+	e, _ := c.decideEntry(client, via, host, port)
+	return e
+}
+
+// decideEntry is decide; asks reports that the user must be asked, as
+// nothing decided host:port.
+func (c *Config) decideEntry(client net.Addr, via, host string, port uint16) (e decisionlog.Entry, asks bool) {
 	d := c.Policy.Decide(host, port)
-	e := decisionlog.Entry{Time: c.now().UTC(), Via: via, Host: host, Port: port, Allowed: d.Allowed, Rule: d.Rule, Reason: d.Reason}
+	e = decisionlog.Entry{Time: c.now().UTC(), Via: via, Host: host, Port: port, Allowed: d.Allowed, Rule: d.Rule, Reason: d.Reason, DecidedBy: ask.ByRule}
 	if client != nil {
 		e.Client = client.String()
 	}
-	return e
+	if c.Ask == nil || !askable(d, host) {
+		return e, false
+	}
+	return e, !c.rememberedEntry(&e)
 }
 
 // DenialHint is what a client denied host:port is told (the body of a 403,

@@ -179,7 +179,7 @@ func (e *lookupError) notFound() bool {
 func (c *Config) allowedPorts(name string) []uint16 {
 	var ports []uint16
 	for _, p := range namePorts(c.Policy) {
-		if !slices.Contains(ports, p) && c.Policy.Decide(name, p).Allowed {
+		if !slices.Contains(ports, p) && c.allowsForRun(name, p) {
 			ports = append(ports, p)
 		}
 	}

@@ -77,7 +77,8 @@ func (c *Config) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, r
 		c.badRequest(conn, req.URL.Host, "CONNECT wants host:port", err)
 		return
 	}
-	e := c.decide(conn.RemoteAddr(), "connect", host, port)
+	e := c.decideAsk(ctx, conn.RemoteAddr(), "connect", host, port)
+	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
 	up, status, body := c.open(ctx, &e, timeout)
 	if up == nil {
 		c.record(e)
@@ -146,7 +147,8 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 		}
 		port = uint16(n)
 	}
-	e := c.decide(conn.RemoteAddr(), "http", host, port)
+	e := c.decideAsk(ctx, conn.RemoteAddr(), "http", host, port)
+	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
 	up, status, body := c.open(ctx, &e, timeout)
 	if up == nil {
 		c.record(e)

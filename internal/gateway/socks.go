@@ -110,7 +110,8 @@ func (c *Config) serveSOCKSConn(ctx context.Context, conn net.Conn, timeout time
 		return
 	}
 
-	e = c.decide(conn.RemoteAddr(), "socks5", host, port)
+	e = c.decideAsk(ctx, conn.RemoteAddr(), "socks5", host, port)
+	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
 	up, code := c.openSOCKS(ctx, &e, timeout)
 	if up == nil {
 		conn.Write(socksReply(code, nil))

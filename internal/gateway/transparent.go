@@ -38,7 +38,7 @@ func (c *Config) ServeTLS(l net.Listener, port uint16) error {
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
-		e := c.decide(conn.RemoteAddr(), "sni", name, port)
+		e := c.decideAsk(ctx, conn.RemoteAddr(), "sni", name, port)
 		if !e.Allowed {
 			c.resetRefused(conn, e)
 			return
@@ -63,7 +63,7 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
-		e := c.decide(conn.RemoteAddr(), "host", host, port)
+		e := c.decideAsk(ctx, conn.RemoteAddr(), "host", host, port)
 		if !e.Allowed {
 			_ = c.Log.Write(e)
 			writeHTTPRefusal(conn, "403 Forbidden", c.DenialHint(host, port))

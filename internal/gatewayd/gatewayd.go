@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
@@ -57,6 +58,12 @@ type Options struct {
 	Report func(line string)
 	// Ports are the gateway's ports; zero: the defaults (tests bind others).
 	Ports gateway.Ports
+	// Ask is the sandbox's ask directory (network.unlisted: ask), with its
+	// sandbox.json: the gateway asks about what no rule matches, and serves
+	// ask.sock there. "": it never asks.
+	Ask string
+	// AskTimeout is how long an asking connection waits for a decision.
+	AskTimeout time.Duration
 }
 
 // User is a user a gateway started as root serves as: for a UID above 0 it
@@ -106,6 +113,13 @@ func serve(ctx context.Context, o Options) error {
 		if note := kernelForwarding(ctx, cfg, o.Virtual, o.Address.Unmap()); note != "" {
 			o.report("note: %s", note)
 		}
+	}
+	if o.Ask != "" {
+		stopAsk, err := serveAsk(cfg, o)
+		if err != nil {
+			return err
+		}
+		defer stopAsk()
 	}
 	srv, err := gateway.Listen(cfg, o.Address, o.Ports)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/profile"
@@ -157,6 +158,11 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 	if p.Network.Mode == "allowlist" {
 		h.LogDir = dirs.LogDir()
 		h.ResolvDir = dirs.ResolvDir()
+	}
+	if p.Network.Asks() {
+		if h.AskDir, err = ask.BaseDir(); err != nil {
+			return generator.Host{}, nil, err
+		}
 	}
 	var warnings []string
 	h.Matches, warnings, err = Match(workspace, p)

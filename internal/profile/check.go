@@ -395,7 +395,8 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"join", len(n.Join) > 0}, {"bandwidth", n.Bandwidth.IsSet()}} {
+		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"join", len(n.Join) > 0}, {"bandwidth", n.Bandwidth.IsSet()},
+			{"unlisted", n.Unlisted == UnlistedAsk}, {"ask_timeout", n.AskTimeout != 0}} {
 			if f.set {
 				add(fmt.Sprintf("applies only to network.mode allowlist, and the mode is %s", n.Mode),
 					"set network.mode: allowlist, or remove network."+f.name, "network", f.name)
@@ -416,6 +417,19 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 	}
 	if n.Bandwidth.err != nil {
 		add(n.Bandwidth.err.Error(), "", "network", "bandwidth")
+	}
+	switch n.Unlisted {
+	case "", UnlistedDeny, UnlistedAsk:
+	default:
+		add(fmt.Sprintf("%q is not deny or ask", n.Unlisted), "write deny (the default) or ask", "network", "unlisted")
+	}
+	switch t := n.AskTimeout; {
+	case t < 0:
+		add(fmt.Sprintf("%q is not a positive duration", p.text("network", "ask_timeout")), "write a duration such as 30s or 2m", "network", "ask_timeout")
+	case t != 0 && (t < MinAskTimeout || t > MaxAskTimeout):
+		add(fmt.Sprintf("%s is outside %s .. %s", t, MinAskTimeout, MaxAskTimeout), "write a duration such as 30s or 2m", "network", "ask_timeout")
+	case t != 0 && n.Unlisted != UnlistedAsk:
+		add("applies only with network.unlisted: ask", "set network.unlisted: ask, or remove network.ask_timeout", "network", "ask_timeout")
 	}
 	for i, name := range n.Join {
 		if name == "host" || name == "none" {

@@ -181,6 +181,25 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\n  join: [-x]\n",
 			want: []string{`4:10: network.join[0]: "-x" is not valid here (does not match the expected form)`},
 		},
+		"ask outside allowlist": {
+			yaml: "image: a\nnetwork:\n  mode: open\n  unlisted: ask\n  ask_timeout: 30s\n",
+			want: []string{
+				"4:13: network.unlisted: applies only to network.mode allowlist, and the mode is open",
+				"5:16: network.ask_timeout: applies only to network.mode allowlist, and the mode is open",
+			},
+		},
+		"unlisted neither deny nor ask": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  unlisted: prompt\n",
+			want: []string{`4:13: network.unlisted: "prompt" is not one of: deny, ask`},
+		},
+		"ask_timeout out of bounds": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  unlisted: ask\n  ask_timeout: 20m\n",
+			want: []string{`5:16: network.ask_timeout: 20m is outside 1s .. 10m`},
+		},
+		"ask_timeout without ask": {
+			yaml: "image: a\nnetwork:\n  mode: allowlist\n  ask_timeout: 30s\n",
+			want: []string{`4:16: network.ask_timeout: applies only with network.unlisted: ask`},
+		},
 		"bandwidth not a rate": {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\n  bandwidth: 10mb\n",
 			want: []string{`4:14: network.bandwidth: "10mb" is not valid here (want a rate such as 10mbit (bit, kbit, mbit or gbit per second))`},

@@ -145,6 +145,36 @@ type Network struct {
 	Join []string `yaml:"join,omitempty"`
 	// Bandwidth caps the allowlist gateway's throughput, as 10mbit.
 	Bandwidth Bandwidth `yaml:"bandwidth,omitempty"`
+	// Unlisted is what the gateway does with a connection no rule matches:
+	// deny (the default) or ask the user (package ask).
+	Unlisted string `yaml:"unlisted,omitempty"`
+	// AskTimeout is how long an asking connection waits for a decision
+	// before it is denied; zero: DefaultAskTimeout.
+	AskTimeout Duration `yaml:"ask_timeout,omitempty"`
+}
+
+// Values of network.unlisted.
+const (
+	UnlistedDeny = "deny"
+	UnlistedAsk  = "ask"
+)
+
+// Bounds and default of network.ask_timeout.
+const (
+	DefaultAskTimeout = Duration(60 * time.Second)
+	MinAskTimeout     = Duration(time.Second)
+	MaxAskTimeout     = Duration(10 * time.Minute)
+)
+
+// Asks reports whether the gateway asks about unlisted connections.
+func (n Network) Asks() bool { return n.Mode == "allowlist" && n.Unlisted == UnlistedAsk }
+
+// AskTimeoutOrDefault is network.ask_timeout, or its default when unset.
+func (n Network) AskTimeoutOrDefault() Duration {
+	if n.AskTimeout > 0 {
+		return n.AskTimeout
+	}
+	return DefaultAskTimeout
 }
 
 // Resources are the sandbox's limits. Sizes and the timeout are parsed

@@ -86,6 +86,9 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	// Its output (and what the engine says while starting it) is kept.
 	var out bytes.Buffer
 	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}})
+	if s.Profile.Network.Mode == "allowlist" {
+		dropAskDir(o.Project)
+	}
 	switch {
 	case errors.Is(err, ErrTimeout):
 		return preflight.Result{Name: c.Name, Reason: fmt.Sprintf("%v did not finish within %s%s", c.Run, timeout, tail(out.String())), Hints: hints}

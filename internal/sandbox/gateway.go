@@ -11,6 +11,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
@@ -90,7 +91,24 @@ func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust
 	if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
 		return nil, err
 	}
+	if l.plan.Profile.Network.Asks() {
+		base, err := ask.BaseDir()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ask.Make(base, o.Project, l.plan.Env.Workspace); err != nil {
+			return nil, err
+		}
+	}
 	return project, nil
+}
+
+// dropAskDir removes the ask directory of project, once its gateway is
+// gone: frontends stop seeing the sandbox.
+func dropAskDir(project string) {
+	if base, err := ask.BaseDir(); err == nil {
+		_ = os.RemoveAll(generator.AskDir(base, project))
+	}
 }
 
 // gatewayImage makes the gateway's image from this executable, unless the

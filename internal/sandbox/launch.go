@@ -315,6 +315,9 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 				check.begin() // while the engine removes the containers
 			},
 		})
+		if allowlist {
+			dropAskDir(s.opts.Project)
+		}
 		// Another launcher took the same network at the same moment:
 		// number it again (prepareGateway picks among the subnets free now)
 		// and retry.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
 )
 
@@ -585,4 +586,31 @@ func deadPID(t *testing.T) int {
 		t.Skipf("cannot run true: %v", err)
 	}
 	return cmd.Process.Pid
+}
+
+// A leftover's ask directory (network.unlisted: ask) goes with it; a live
+// launcher's stays.
+func TestRemoveLeftoversAskDir(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	host, _ := os.Hostname()
+	f := newFake(t)
+	f.sandboxes = []backend.Sandbox{{Project: "alive", PID: os.Getpid(), Host: host}, {Project: "killed", PID: deadPID(t), Host: host}}
+	base, err := ask.BaseDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"alive", "killed"} {
+		if _, err := ask.Make(base, p, "/w"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := removeLeftovers(context.Background(), f, f.sandboxes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(generator.AskDir(base, "killed")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed launcher's ask directory: %v; want it removed", err)
+	}
+	if _, err := os.Stat(generator.AskDir(base, "alive")); err != nil {
+		t.Errorf("the live launcher's ask directory: %v", err)
+	}
 }

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/spf13/cobra"
+)
+
+// askFlags choose the sandboxes a request command serves: those of this
+// workspace, or with --all all of the user's.
+type askFlags struct{ all bool }
+
+func (f *askFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.all, "all", false, "serve every running sandbox of yours, not only this directory's")
+}
+
+// sandboxes finds the sandboxes that can ask, of this workspace or all.
+func (f askFlags) sandboxes() ([]ask.Sandbox, error) {
+	e, err := loadEnv()
+	if err != nil {
+		return nil, err
+	}
+	return ask.Find(e.workspace, f.all)
+}
+
+func newRequests(a *app) *cobra.Command {
+	var f askFlags
+	var asJSON, watch bool
+	cmd := &cobra.Command{
+		Use:   "requests [--json] [--watch] [--all]",
+		Short: "List the pending permission requests of this directory's sandboxes (network.unlisted: ask)",
+		Long: `List what the sandboxes of this directory wait for you to decide: connections that
+no rule of a profile with network.unlisted: ask matches, held by the gateway until
+you answer with allow ID or deny ID, or until network.ask_timeout.
+
+--watch attaches as an approver and prints each request and each decision as it
+happens until interrupted: while no approver is attached, a sandbox's requests
+are denied at once. --json prints JSON (with --watch, one event per line).
+--all serves every running sandbox of yours.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if watch {
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return watchRequests(ctx, a.stdout, a.stderr, f, asJSON)
+			}
+			return listRequests(cmd.Context(), a.stdout, f, asJSON)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&watch, "watch", false, "attach as an approver and print requests and decisions as they happen")
+	return cmd
+}
+
+// listRequests prints the pending requests of the sandboxes f serves.
+func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) error {
+	sbs, err := f.sandboxes()
+	if err != nil {
+		return err
+	}
+	reqs := []ask.Request{}
+	for _, s := range sbs {
+		rs, err := s.Pending(ctx)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, rs...)
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(reqs)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPROJECT\tKIND\tVIA\tDESTINATION\tWAITING\tREASON")
+	for _, r := range reqs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Project, r.Kind, r.Via, destination(r), time.Since(r.Created).Round(time.Second), r.Reason)
+	}
+	return tw.Flush()
+}
+
+// destination is host:port, or the name alone for a lookup.
+func destination(r ask.Request) string {
+	if r.Port == 0 {
+		return r.Host
+	}
+	return net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
+}
+
+// watchRequests attaches to every sandbox f serves, as they start, and
+// prints their events until ctx ends.
+func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON bool) error {
+	var mu sync.Mutex
+	print := func(ev ask.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if asJSON {
+			_ = json.NewEncoder(w).Encode(ev)
+			return
+		}
+		fmt.Fprintln(w, eventLine(ev))
+	}
+	watching := map[string]bool{}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		sbs, err := f.sandboxes()
+		if err != nil {
+			return err
+		}
+		mu.Lock() // watching is shared with the watches, which end with their sandbox
+		for _, s := range sbs {
+			if watching[s.Dir] {
+				continue
+			}
+			watching[s.Dir] = true
+			go func() {
+				attached := func() {
+					mu.Lock()
+					defer mu.Unlock()
+					fmt.Fprintf(status, "%s: approving the requests of %s (%s)\n", name, s.Project, s.Workspace)
+				}
+				_ = s.WatchAttached(ctx, attached, print)
+				mu.Lock()
+				delete(watching, s.Dir)
+				mu.Unlock()
+			}()
+		}
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// eventLine is an event as watch prints it.
+func eventLine(ev ask.Event) string {
+	r := ev.Request
+	if ev.Type == ask.EventDecided && ev.Decision != nil {
+		return fmt.Sprintf("decided %s %s %s: %s %s, by %s", r.Project, r.ID, destination(r), ev.Decision.Action, ev.Decision.Scope, ev.DecidedBy)
+	}
+	return fmt.Sprintf("pending %s %s %s via %s: %s (propio-sandbox allow %s, or deny %s)", r.Project, r.ID, destination(r), r.Via, r.Reason, r.ID, r.ID)
+}
