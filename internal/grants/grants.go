@@ -264,19 +264,12 @@ func selector(sel string) (func(Grant) bool, error) {
 	if !hasPort {
 		noPort = sel
 	}
-	r, err := egress.ParseRule(noPort)
+	host, port, err := SplitRule(noPort)
 	if err != nil {
 		return nil, fmt.Errorf("%q is neither a grant's number nor HOST[:PORT]: %w", sel, err)
 	}
-	host := r.Host
-	if r.Wildcard {
-		host = "*." + host
-	}
-	if r.Addr.IsValid() {
-		host = r.Addr.String()
-	}
-	hasPort = hasPort || r.Port != 0
-	return func(g Grant) bool { return g.Host == host && (!hasPort || g.Port == int(r.Port)) }, nil
+	hasPort = hasPort || port != 0
+	return func(g Grant) bool { return g.Host == host && (!hasPort || g.Port == port) }, nil
 }
 
 // update changes the grants of workspace under the grants directory's lock,
@@ -469,4 +462,21 @@ func child(n *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// SplitRule reads HOST[:PORT] as network.allow writes a rule, into the host
+// and port of a grant (0 without a port).
+func SplitRule(s string) (string, int, error) {
+	r, err := egress.ParseRule(s)
+	if err != nil {
+		return "", 0, err
+	}
+	host := r.Host
+	switch {
+	case r.Addr.IsValid():
+		host = r.Addr.String()
+	case r.Wildcard:
+		host = "*." + host
+	}
+	return host, int(r.Port), nil
 }
