@@ -127,12 +127,16 @@ func (s *Save) Apply(reload func() (*profile.Profile, error), store profile.Trus
 // Line is where the rule went in the new file: its 1-based line.
 func (s *Save) Line() int {
 	a, b := splitLines(s.Old), splitLines(s.New)
-	for i := range b {
-		if i >= len(a) || a[i] != b[i] {
+	first := 0
+	for first < len(a) && first < len(b) && a[first] == b[first] {
+		first++
+	}
+	for i := first; i < len(b); i++ {
+		if strings.Contains(b[i], s.Grant.Rule()) {
 			return i + 1
 		}
 	}
-	return len(b)
+	return first + 1
 }
 
 func sum(b []byte) string {
