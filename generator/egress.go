@@ -153,6 +153,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	for _, r := range p.Network.Deny {
 		command = append(command, "--deny", r.Text)
 	}
+	command = append(command, grantFlags(h)...)
 	if p.Network.Bandwidth.IsSet() {
 		command = append(command, "--bandwidth", p.Network.Bandwidth.Text)
 	}
@@ -245,6 +246,30 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 // AskDir is the ask directory of project under base (Host.AskDir): the
 // launcher makes it, the gateway serves ask.sock in it.
 func AskDir(base, project string) string { return filepath.Join(base, project) }
+
+// grantFlags are the gateway's flags for the user's grants: the file they
+// come from, then each grant as N=RULE, deny grants first (deny wins over
+// allow whatever the order; the gateway adds them after the profile's rules,
+// so that a rule both name is named as the profile's).
+func grantFlags(h Host) []string {
+	if len(h.Grants) == 0 {
+		return nil
+	}
+	flags := []string{"--grants", h.GrantsFile}
+	for _, deny := range []bool{true, false} {
+		for _, g := range h.Grants {
+			if g.Deny != deny {
+				continue
+			}
+			flag := "--grant-allow"
+			if g.Deny {
+				flag = "--grant-deny"
+			}
+			flags = append(flags, flag, strconv.Itoa(g.N)+"="+g.Rule)
+		}
+	}
+	return flags
+}
 
 // JoinedNetwork is the project's key for the network.join network name.
 func JoinedNetwork(name string) string { return "join-" + name }

@@ -88,11 +88,24 @@ type Host struct {
 	// in mode changeset; nil when there is none (render, declared checks),
 	// and those directories are then mounted read-only.
 	Changeset *Changeset
+	// Grants are the user's grants for the workspace (internal/grants),
+	// which an allowlist sandbox's gateway adds to the profile's rules;
+	// GrantsFile is the file they are in, which the gateway names them by
+	// (grant:FILE:N).
+	GrantsFile string
+	Grants     []Grant
 	// Guard are the paths below the writable directories that the launch
 	// mounts whatever the profile says (internal/guard): each git directory
 	// on itself, so that the sandbox can neither rename nor replace it, and
 	// git's executable surface read-only.
 	Guard []GuardPath
+}
+
+// Grant is one of the user's grants, as the gateway takes it.
+type Grant struct {
+	N    int    // its number in Host.GrantsFile, from 1
+	Deny bool   // a deny grant; else an allow grant
+	Rule string // as network.allow writes it: host or host:port
 }
 
 // GuardPath is a path below a directory the sandbox may write, mounted

@@ -75,6 +75,11 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 			h.Exists[src] = true
 		}
 	}
+	// The user's grants for the workspace, when the case says it has some.
+	if strings.Contains(p.Description, "grants") {
+		h.GrantsFile = "/home/dev/.config/propio-sandbox/grants/project-0123456789ab.yaml"
+		h.Grants = []generator.Grant{{N: 1, Rule: "files.pythonhosted.org:443"}, {N: 2, Deny: true, Rule: "pypi.org"}, {N: 3, Rule: "*.example.test:8080"}}
+	}
 	// A launch in changeset mode has a changeset (its description says how
 	// the test case realises it).
 	if p.Changeset() && !strings.Contains(p.Description, "none") {

@@ -71,7 +71,7 @@ func TestLayering(t *testing.T) {
 		// The gateway's process runs in the gateway container: the gateway,
 		// natfwd and the log, no CLI, engine, generator or profile.
 		module + "/internal/gatewayd": {module + "/internal/cli", module + "/internal/engine", module + "/generator", module + "/internal/profile",
-			module + "/internal/hostinfo", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
+			module + "/internal/hostinfo", module + "/internal/grants", "github.com/docker/compose", "github.com/compose-spec/compose-go"},
 		// changeset keeps what a sandbox wrote, apart from the originals:
 		// files only, no engine, no profile, nothing else of ours.
 		module + "/internal/changeset": {module + "/", "github.com/docker/compose", "github.com/moby/moby/client"},
@@ -82,6 +82,11 @@ func TestLayering(t *testing.T) {
 		// engine implements it, the launch drives it, and it depends on
 		// neither, nor on anything else of ours.
 		module + "/internal/backend": {module + "/"},
+		// The user's grants are a store of rules: they reach the gateway as
+		// its flags, through the plan and the generator. The store knows no
+		// launch, engine or gateway, and no gateway reads it.
+		module + "/internal/grants": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine",
+			module + "/internal/gateway", module + "/internal/gatewayd", "github.com/docker/compose", "github.com/moby/moby/client"},
 		// The launch is below the CLI.
 		module + "/internal/sandbox": {module + "/internal/cli"},
 	}

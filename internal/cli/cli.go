@@ -87,6 +87,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newGateway(a),
 		newLogs(a),
 		newRequests(a), newAllow(a), newDeny(a),
+		newGrants(a),
 		newChanges(a), newDiff(a), newApply(a), newDiscard(a),
 		newVersion(a),
 	)

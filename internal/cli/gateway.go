@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/egress"
@@ -27,6 +29,10 @@ type gatewayFlags struct {
 	uid, gid  int
 	ask       string
 	askTime   time.Duration
+	// grants is the user's grants file; grantAllow and grantDeny its
+	// grants, as N=RULE.
+	grants                string
+	grantAllow, grantDeny []string
 }
 
 func newGateway(a *app) *cobra.Command {
@@ -53,6 +59,9 @@ is no need to start it by hand.`,
 	fl.StringVar(&f.profile, "profile", "", "the profile `FILE:LINE` of network.allow, named in denials")
 	fl.StringVar(&f.denyAt, "deny-at", "", "the profile `FILE:LINE` of network.deny, named when a deny rule refuses")
 	fl.StringVar(&f.log, "log", "", "append decisions to `FILE` (default: standard output)")
+	fl.StringVar(&f.grants, "grants", "", "the user's grants `FILE`, which --grant-allow and --grant-deny come from")
+	fl.StringArrayVar(&f.grantAllow, "grant-allow", nil, "the user's allow grant `N=RULE` (grant N of --grants), added to the allow rules")
+	fl.StringArrayVar(&f.grantDeny, "grant-deny", nil, "the user's deny grant `N=RULE` (grant N of --grants), added to the deny rules")
 	fl.StringVar(&f.virtual, "virtual", "", "forward allowed names in the kernel, through the addresses of `PREFIX` (needs CAP_NET_ADMIN and net.ipv4.ip_forward=1)")
 	fl.IntVar(&f.uid, "uid", -1, "started as root: serve as `UID`, keeping only CAP_NET_ADMIN")
 	fl.IntVar(&f.gid, "gid", -1, "with --uid: serve as group `GID`")
@@ -90,10 +99,37 @@ func (f gatewayFlags) options() (gatewayd.Options, error) {
 	if o.Policy, err = egress.ParsePolicy(f.allow, f.deny); err != nil {
 		return o, err
 	}
+	if err := f.addGrants(&o.Policy); err != nil {
+		return o, err
+	}
 	if f.bandwidth != "" {
 		if o.Bandwidth, err = egress.ParseBandwidth(f.bandwidth); err != nil {
 			return o, fmt.Errorf("--bandwidth: %w", err)
 		}
 	}
 	return o, nil
+}
+
+// addGrants adds the user's grants of --grant-allow and --grant-deny to p,
+// each named grant:FILE:N.
+func (f gatewayFlags) addGrants(p *egress.Policy) error {
+	if f.grants == "" && len(f.grantAllow)+len(f.grantDeny) > 0 {
+		return errors.New("--grant-allow and --grant-deny need --grants FILE")
+	}
+	for _, g := range []struct {
+		flag  string
+		deny  bool
+		rules []string
+	}{{"--grant-allow", false, f.grantAllow}, {"--grant-deny", true, f.grantDeny}} {
+		for _, v := range g.rules {
+			n, rule, ok := strings.Cut(v, "=")
+			if _, err := strconv.Atoi(n); !ok || err != nil {
+				return fmt.Errorf("%s %q: want N=RULE, N the grant's number", g.flag, v)
+			}
+			if err := p.AddGrant(g.deny, "grant:"+f.grants+":"+n, rule); err != nil {
+				return fmt.Errorf("%s: %w", g.flag, err)
+			}
+		}
+	}
+	return nil
 }

@@ -40,6 +40,27 @@ type Rule struct {
 	Wildcard bool       // subdomains of Host only, never Host itself
 	Addr     netip.Addr // the address of an address rule
 	Port     uint16     // 0 means 80 and 443
+	// Origin is where a rule that is not the profile's comes from, as
+	// decisions name it: grant:FILE:N for the user's grant N in FILE
+	// (internal/grants). Empty for a profile's rule.
+	Origin string
+}
+
+// Name is how decisions name the rule: its Origin, else its text.
+func (r Rule) Name() string {
+	if r.Origin != "" {
+		return r.Origin
+	}
+	return r.Text
+}
+
+// by says which rule decided, for a decision's reason: network.deny "x", or
+// grant:FILE:N "x".
+func (r Rule) by(list string) string {
+	if r.Origin != "" {
+		return fmt.Sprintf("%s %q", r.Origin, r.Text)
+	}
+	return fmt.Sprintf("network.%s %q", list, r.Text)
 }
 
 // ParseRule parses one rule, or says what is wrong with it.
@@ -167,7 +188,8 @@ func (r Rule) matches(host string, addr netip.Addr, port uint16) bool {
 	return host == r.Host
 }
 
-// Policy is a profile's allow and deny rules; deny wins over allow.
+// Policy is a profile's allow and deny rules, with the user's grants
+// among them (rules with an Origin); deny wins over allow.
 type Policy struct {
 	Allow []Rule
 	Deny  []Rule
@@ -196,10 +218,29 @@ func ParsePolicy(allow, deny []string) (Policy, error) {
 	return p, errors.Join(errs...)
 }
 
+// AddGrant adds one of the user's grants (internal/grants) to the policy:
+// an allow or deny rule, text as network.allow writes it, named by origin
+// (grant:FILE:N) in decisions. Deny wins over allow as for any rule: a deny
+// grant over the profile's allow rules, the profile's deny rules over an
+// allow grant; what no rule can allow stays denied.
+func (p *Policy) AddGrant(deny bool, origin, text string) error {
+	r, err := ParseRule(text)
+	if err != nil {
+		return fmt.Errorf("%s: %w", origin, err)
+	}
+	r.Origin = origin
+	if deny {
+		p.Deny = append(p.Deny, r)
+	} else {
+		p.Allow = append(p.Allow, r)
+	}
+	return nil
+}
+
 // Decision is the answer for one destination.
 type Decision struct {
 	Allowed bool
-	Rule    string // the rule that decided, as written; empty when none did
+	Rule    string // the rule that decided, as written (a grant's Origin); empty when none did
 	Reason  string // why, in words for a log line or a 403 page
 	// AlwaysDenied is set when no rule could allow the destination: an
 	// address AlwaysDenied reports, the container engine's API port, or a
@@ -230,12 +271,12 @@ func (p Policy) Decide(host string, port uint16) Decision {
 	}
 	for _, r := range p.Deny {
 		if r.matches(host, addr, port) {
-			return Decision{Rule: r.Text, Reason: fmt.Sprintf("denied by network.deny %q", r.Text)}
+			return Decision{Rule: r.Name(), Reason: "denied by " + r.by("deny")}
 		}
 	}
 	for _, r := range p.Allow {
 		if r.matches(host, addr, port) {
-			return Decision{Allowed: true, Rule: r.Text, Reason: fmt.Sprintf("allowed by network.allow %q", r.Text)}
+			return Decision{Allowed: true, Rule: r.Name(), Reason: "allowed by " + r.by("allow")}
 		}
 	}
 	if addr.IsValid() {

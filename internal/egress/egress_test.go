@@ -259,3 +259,49 @@ func FuzzParseBandwidth(f *testing.F) {
 		}
 	})
 }
+
+func TestGrants(t *testing.T) {
+	t.Parallel()
+	p, err := ParsePolicy([]string{"pypi.org", "*.example.test", "shared.test"}, []string{"bad.example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const f = "grant:/c/grants/w.yaml:"
+	for _, g := range []struct {
+		deny    bool
+		n, rule string
+	}{
+		{false, "1", "allowed.test:443"},
+		{true, "2", "pypi.org"},
+		{false, "3", "bad.example.test"},
+		{true, "4", "api.example.test:443"},
+		{false, "5", "shared.test"},
+	} {
+		if err := p.AddGrant(g.deny, f+g.n, g.rule); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.AddGrant(false, f+"6", "169.254.169.254"); err == nil || !strings.Contains(err.Error(), f+"6: ") {
+		t.Fatalf("a grant of a metadata address = %v; want it refused, named", err)
+	}
+	for _, tt := range []struct {
+		host    string
+		port    uint16
+		allowed bool
+		rule    string
+		reason  string
+	}{
+		{"allowed.test", 443, true, f + "1", `allowed by grant:/c/grants/w.yaml:1 "allowed.test:443"`},
+		{"allowed.test", 80, false, "", "no network.allow rule matches"},                   // the grant's port only
+		{"pypi.org", 443, false, f + "2", `denied by grant:/c/grants/w.yaml:2 "pypi.org"`}, // a deny grant beats the profile's allow
+		{"bad.example.test", 443, false, "bad.example.test", `denied by network.deny`},     // the profile's deny beats an allow grant
+		{"api.example.test", 443, false, f + "4", "denied by grant"},
+		{"api.example.test", 80, true, "*.example.test", "allowed by network.allow"},
+		{"shared.test", 443, true, "shared.test", "allowed by network.allow"}, // the profile's rule is named first
+	} {
+		d := p.Decide(tt.host, tt.port)
+		if d.Allowed != tt.allowed || d.Rule != tt.rule || !strings.Contains(d.Reason, tt.reason) {
+			t.Errorf("Decide(%s, %d) = %+v, want allowed=%v rule=%q reason~%q", tt.host, tt.port, d, tt.allowed, tt.rule, tt.reason)
+		}
+	}
+}

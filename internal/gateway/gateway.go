@@ -177,6 +177,8 @@ func (c *Config) DenialHint(host string, port uint16) string {
 	switch {
 	case d.AlwaysDenied:
 		return head + "It can never be allowed: no rule in " + where + " can change that.\n"
+	case strings.HasPrefix(d.Rule, "grant:"): // a deny grant of the user's
+		return head + grantAdvice(d.Rule)
 	case d.Rule != "": // a deny rule: say which would have to go
 		denies, after := withoutDenies(c.Policy, host, port)
 		quoted := make([]string, len(denies))
@@ -196,6 +198,16 @@ func (c *Config) DenialHint(host string, port uint16) string {
 		return head + "To allow it, add an address rule to network.allow (" + where + "):\n    - " + strconv.Quote(target) + "\n"
 	}
 	return head + "To allow it, " + add
+}
+
+// grantAdvice says how to undo the deny grant named origin
+// (grant:FILE:N): remove it, then start the sandbox again.
+func grantAdvice(origin string) string {
+	rest := strings.TrimPrefix(origin, "grant:")
+	i := strings.LastIndexByte(rest, ':')
+	file, n := rest[:max(i, 0)], rest[i+1:]
+	return "You denied it for good: grant " + n + " in " + file + ".\n" +
+		"To allow it, run `propio-sandbox grants rm " + n + "` in the workspace, and start the sandbox again.\n"
 }
 
 // allowAdvice says how to add an allow rule for target, by where
@@ -249,7 +261,7 @@ func withoutDenies(p egress.Policy, host string, port uint16) ([]string, egress.
 			return rules, d
 		}
 		n := len(p.Deny)
-		p.Deny = slices.DeleteFunc(p.Deny, func(r egress.Rule) bool { return r.Text == d.Rule })
+		p.Deny = slices.DeleteFunc(p.Deny, func(r egress.Rule) bool { return r.Name() == d.Rule })
 		if len(p.Deny) == n {
 			return rules, d // a rule that is no deny rule: cannot happen
 		}

@@ -102,6 +102,17 @@ func TestDenialHint(t *testing.T) {
 				"To allow it, add these lines to /home/me/mine.yaml (allow: under its network: section, if it has one):\n" +
 				"    network:\n      allow:\n        - \"pypi.test\"\n",
 		},
+		// The user's deny grant: remove it (a restart reads the grants).
+		"a deny grant": {
+			host: "api.test", port: 443,
+			want: "propio-sandbox gateway: api.test is not allowed (denied by grant:/c/grants/w.yaml:2 \"api.test\").\n" +
+				"You denied it for good: grant 2 in /c/grants/w.yaml.\n" +
+				"To allow it, run `propio-sandbox grants rm 2` in the workspace, and start the sandbox again.\n",
+		},
+		"an allow grant": {
+			host: "granted.test", port: 8443,
+			want: "propio-sandbox gateway: granted.test:8443 is allowed (allowed by grant:/c/grants/w.yaml:1 \"granted.test:8443\").\n",
+		},
 		"allowed": {
 			host: "ssh.test", port: 22,
 			want: "propio-sandbox gateway: ssh.test:22 is allowed (allowed by network.allow \"ssh.test:22\").\n",
@@ -109,6 +120,12 @@ func TestDenialHint(t *testing.T) {
 	}
 	p := mustPolicy(t, allow...)
 	p.Deny = mustPolicy(t, deny...).Allow
+	if err := p.AddGrant(false, "grant:/c/grants/w.yaml:1", "granted.test:8443"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddGrant(true, "grant:/c/grants/w.yaml:2", "api.test"); err != nil {
+		t.Fatal(err)
+	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/grants"
 	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
@@ -31,9 +32,35 @@ func NewPlan(e Env, p *profile.Profile) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Network.Mode == "allowlist" {
+		if err := gatherGrants(&host, e); err != nil {
+			return nil, err
+		}
+	}
 	g := hostinfo.Guard(p, &host)
 	return &Plan{Env: e, Profile: p, Guard: g, Warnings: append(warnings, g.Notes()...), host: host}, nil
 }
+
+// gatherGrants adds the user's grants for the workspace to the host facts,
+// for the gateway of an allowlist sandbox.
+func gatherGrants(h *generator.Host, e Env) error {
+	gs, err := grants.For(e.Dirs, e.Workspace)
+	if err != nil {
+		return &GrantsFileError{Err: err}
+	}
+	h.GrantsFile = grants.File(e.Dirs, e.Workspace)
+	for _, g := range gs {
+		h.Grants = append(h.Grants, generator.Grant{N: g.N, Deny: g.Action == grants.Deny, Rule: g.Rule()})
+	}
+	return nil
+}
+
+// GrantsFileError is a grants file (internal/grants) that could not be
+// read; the CLI says what to do about it.
+type GrantsFileError struct{ Err error }
+
+func (e *GrantsFileError) Error() string { return "reading your grants: " + e.Err.Error() }
+func (e *GrantsFileError) Unwrap() error { return e.Err }
 
 // Generate generates the project of the plan for o; adjust adds what the
 // launch found out since (the engine's facts, a forwarded SSH agent, the
