@@ -70,7 +70,10 @@ func TestTerminal(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error)
-	go func() { done <- Terminal(context.Background(), b, inR, outW, func() (int, int) { return 100, 30 }); outW.Close() }()
+	go func() {
+		done <- Terminal(context.Background(), b, inR, outW, func() (int, int) { return 100, 30 })
+		outW.Close()
+	}()
 	screen := make(chan string, 100)
 	go func() {
 		buf := make([]byte, 4096)
