@@ -78,6 +78,11 @@ func TestLayering(t *testing.T) {
 		// engine implements it, the launch drives it, and it depends on
 		// neither, nor on anything else of ours.
 		module + "/internal/backend": {module + "/"},
+		// The approval frontends (approve, ui) talk to sandboxes through the
+		// ask protocol's client and read decision logs: no CLI, launch,
+		// engine, gateway, generator or profile.
+		module + "/internal/approver": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", module + "/internal/gateway",
+			module + "/internal/gatewayd", module + "/generator", module + "/internal/profile", "github.com/docker/compose", "github.com/moby/moby/client"},
 		// The launch is below the CLI.
 		module + "/internal/sandbox": {module + "/internal/cli"},
 	}

@@ -86,6 +86,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newTrust(a),
 		newGateway(a),
 		newLogs(a),
+		newApprove(a), newUI(a),
 		newChanges(a), newDiff(a), newApply(a), newDiscard(a),
 		newVersion(a),
 	)
