@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -152,6 +153,13 @@ func (b *Board) scan(ctx context.Context, wg *sync.WaitGroup) {
 	if msg != b.lastErr {
 		b.lastErr = msg
 		b.bump()
+	}
+	// A sandbox that is gone (its watch ended with it) is no error.
+	for p := range b.watchErr {
+		if !slices.ContainsFunc(targets, func(t Target) bool { return t.Project == p }) {
+			delete(b.watchErr, p)
+			b.bump()
+		}
 	}
 	for _, t := range targets {
 		if _, ok := b.targets[t.Project]; ok {

@@ -51,7 +51,7 @@ func (f *fakeAsker) Watch(ctx context.Context, fn func(Event)) error {
 			return ctx.Err()
 		case e, ok := <-ch:
 			if !ok {
-				return nil
+				return errors.New("the gateway went away") // as ask.Sandbox's Watch says it
 			}
 			fn(e)
 		}
@@ -156,25 +156,25 @@ func TestBoardPendingAndDecide(t *testing.T) {
 	f.push(Event{Type: "pending", Request: req("r22", "pkg.example.test", 80)})
 	waitBoard(t, b, "second request", func(s Snapshot) bool { return len(s.Pending) == 2 })
 
-	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Allow, Run}); err != nil {
+	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Action: Allow, Scope: Run}); err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := f.decision("r1"); !ok || d != (Decision{Allow, Run}) {
+	if d, ok := f.decision("r1"); !ok || d != (Decision{Action: Allow, Scope: Run}) {
 		t.Fatalf("the sandbox got %+v %v", d, ok)
 	}
 	s = waitBoard(t, b, "decided", func(s Snapshot) bool { return len(s.Pending) == 1 && len(s.Decided) == 1 })
-	if d := s.Decided[0]; d.Request.ID != "r1" || d.DecidedBy != "user" || *d.Decision != (Decision{Allow, Run}) {
+	if d := s.Decided[0]; d.Request.ID != "r1" || d.DecidedBy != "user" || *d.Decision != (Decision{Action: Allow, Scope: Run}) {
 		t.Fatalf("decided: %+v", d)
 	}
 	// A request decided elsewhere (or gone) is ErrGone, and leaves the board.
-	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Deny, Once}); !errors.Is(err, ErrGone) {
+	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Action: Deny, Scope: Once}); !errors.Is(err, ErrGone) {
 		t.Fatalf("deciding twice: %v", err)
 	}
 	// A timeout decided by the gateway shows with its decided_by.
 	f.mu.Lock()
 	f.pending = nil
 	f.mu.Unlock()
-	f.push(Event{Type: "decided", Request: req("r22", "pkg.example.test", 80), Decision: &Decision{Deny, Once}, DecidedBy: "timeout"})
+	f.push(Event{Type: "decided", Request: req("r22", "pkg.example.test", 80), Decision: &Decision{Action: Deny, Scope: Once}, DecidedBy: "timeout"})
 	s = waitBoard(t, b, "timeout", func(s Snapshot) bool { return len(s.Pending) == 0 && len(s.Decided) == 2 })
 	if s.Decided[0].DecidedBy != "timeout" {
 		t.Fatalf("newest decided first: %+v", s.Decided)
@@ -186,12 +186,12 @@ func TestBoardBadDecision(t *testing.T) {
 	f := newFake("ws-1", req("r1", "a.test", 443))
 	b := startBoard(t, nil, f)
 	waitBoard(t, b, "pending", func(s Snapshot) bool { return len(s.Pending) == 1 })
-	for name, d := range map[string]Decision{"action": {"maybe", Once}, "scope": {Allow, "forever"}} {
+	for name, d := range map[string]Decision{"action": {Action: "maybe", Scope: Once}, "scope": {Action: Allow, Scope: "forever"}} {
 		if err := b.Decide(context.Background(), "ws-1", "r1", d); err == nil {
 			t.Errorf("%s: a bad decision was taken", name)
 		}
 	}
-	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Allow, Always}); !errors.Is(err, ErrNoGrants) {
+	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Action: Allow, Scope: Always}); !errors.Is(err, ErrNoGrants) {
 		t.Errorf("always without a granter: %v", err)
 	}
 	if _, ok := f.decision("r1"); ok {
@@ -220,14 +220,14 @@ func TestBoardAlwaysGrantsFirst(t *testing.T) {
 		t.Fatal("always is not offered with a granter")
 	}
 	fail = true
-	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Deny, Always}); err == nil {
+	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Action: Deny, Scope: Always}); err == nil {
 		t.Fatal("a grant that failed to save still decided")
 	}
 	if _, ok := f.decision("r1"); ok {
 		t.Fatal("decided although the grant was not saved")
 	}
 	fail = false
-	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Deny, Always}); err != nil {
+	if err := b.Decide(context.Background(), "ws-1", "r1", Decision{Action: Deny, Scope: Always}); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"/ws", "a.test", ":8443", "deny"}; !slices.Equal(got, want) {
@@ -260,7 +260,8 @@ func TestBoardSandboxEnds(t *testing.T) {
 	fakes = nil
 	mu.Unlock()
 	f.end()
-	waitBoard(t, b, "the sandbox gone", func(s Snapshot) bool { return len(s.Pending) == 0 && len(s.Sandboxes) == 0 })
+	// Its watch's end is no error once it is gone.
+	waitBoard(t, b, "the sandbox gone", func(s Snapshot) bool { return len(s.Pending) == 0 && len(s.Sandboxes) == 0 && s.Error == "" })
 	g := newFake("ws-2", req("q1", "b.test", 443))
 	mu.Lock()
 	fakes = []*fakeAsker{g}

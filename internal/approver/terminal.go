@@ -16,12 +16,12 @@ var keys = []struct {
 	d     Decision
 	label string
 }{
-	{"a", Decision{Allow, Once}, "allow once"},
-	{"r", Decision{Allow, Run}, "allow for the run"},
-	{"A", Decision{Allow, Always}, "allow always"},
-	{"d", Decision{Deny, Once}, "deny once"},
-	{"x", Decision{Deny, Run}, "deny for the run"},
-	{"D", Decision{Deny, Always}, "deny always"},
+	{"a", Decision{Action: Allow, Scope: Once}, "allow once"},
+	{"r", Decision{Action: Allow, Scope: Run}, "allow for the run"},
+	{"A", Decision{Action: Allow, Scope: Always}, "allow always"},
+	{"d", Decision{Action: Deny, Scope: Once}, "deny once"},
+	{"x", Decision{Action: Deny, Scope: Run}, "deny for the run"},
+	{"D", Decision{Action: Deny, Scope: Always}, "deny always"},
 }
 
 // Key names of the keys that are not a character.

@@ -46,7 +46,7 @@ func TestScreen(t *testing.T) {
 	}
 	s.Key(KeyDown)
 	it, d, quit := s.Key("x")
-	if quit || it == nil || it.Request.ID != "r22" || *d != (Decision{Deny, Run}) {
+	if quit || it == nil || it.Request.ID != "r22" || *d != (Decision{Action: Deny, Scope: Run}) {
 		t.Fatalf("x on the second: %+v %+v %v", it, d, quit)
 	}
 	// The selection stays on its request when one before it is decided.
@@ -100,7 +100,7 @@ func TestTerminal(t *testing.T) {
 	await("> a.test:443")
 	io.WriteString(inW, "r")
 	await("allow a.test:443: run")
-	if d, _ := f.decision("r1"); d != (Decision{Allow, Run}) {
+	if d, _ := f.decision("r1"); d != (Decision{Action: Allow, Scope: Run}) {
 		t.Fatalf("decision %+v", d)
 	}
 	io.WriteString(inW, "q")

@@ -108,7 +108,7 @@ func TestWebRefuses(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("the page's POST: %d %s", code, body)
 	}
-	if d, _ := f.decision("r1"); d != (Decision{Allow, Run}) {
+	if d, _ := f.decision("r1"); d != (Decision{Action: Allow, Scope: Run}) {
 		t.Fatalf("decision %+v", d)
 	}
 	code, _ = do(t, "POST", w.URL()+"api/decide", json, decision)
