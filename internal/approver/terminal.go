@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -176,8 +177,9 @@ func clip(l string, width int) string {
 }
 
 // Terminal runs the terminal UI on a terminal in raw mode (in, out) until
-// ctx ends or the user quits; size reports the terminal's width and height.
-func Terminal(ctx context.Context, b *Board, in io.Reader, out io.Writer, size func() (int, int)) error {
+// ctx ends or the user quits; size reports the terminal's width and height,
+// and a value on resized (which may be nil) draws the screen again.
+func Terminal(ctx context.Context, b *Board, in io.Reader, out io.Writer, size func() (int, int), resized <-chan os.Signal) error {
 	keysIn, stop := make(chan string), make(chan struct{})
 	defer close(stop)
 	go readKeys(in, keysIn, stop)
@@ -193,6 +195,7 @@ func Terminal(ctx context.Context, b *Board, in io.Reader, out io.Writer, size f
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+		case <-resized:
 		case k, ok := <-keysIn:
 			if !ok {
 				return nil

@@ -71,7 +71,7 @@ func TestTerminal(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error)
 	go func() {
-		done <- Terminal(context.Background(), b, inR, outW, func() (int, int) { return 100, 30 })
+		done <- Terminal(context.Background(), b, inR, outW, func() (int, int) { return 100, 30 }, nil)
 		outW.Close()
 	}()
 	screen := make(chan string, 100)

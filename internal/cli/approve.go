@@ -68,7 +68,10 @@ func (a *app) approve(all bool) error {
 		}
 		return 80, 24
 	}
-	return approver.Terminal(ctx, board, in, out, size)
+	resized := make(chan os.Signal, 1)
+	signal.Notify(resized, syscall.SIGWINCH)
+	defer signal.Stop(resized)
+	return approver.Terminal(ctx, board, in, out, size, resized)
 }
 
 // newBoard is the board of the sandboxes of e's workspace that can ask, or

@@ -130,7 +130,7 @@ async function refreshLogs() {
       body.append(el("tr", {},
         el("td", {}, clock(e.time)),
         el("td", { class: outcome(e) }, outcome(e)),
-        el("td", {}, e.decided_by || (e.rule ? "rule" : "")),
+        el("td", {}, e.decided_by || "rule"), // as logs says it: entries without one were decided by the rules
         el("td", {}, e.scope || ""),
         el("td", {}, e.via),
         el("td", { class: "mono" }, dest(e.host, e.port)),
