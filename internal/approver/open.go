@@ -1,6 +1,7 @@
 package approver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"html"
@@ -8,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"time"
 )
 
 // Open opens url in the user's browser. The address, whose token lets one
@@ -38,10 +41,40 @@ func Open(ctx context.Context, url, stateDir string) (func(), error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, path, page)
+	var stderr bytes.Buffer
+	cmd.Stderr = &limited{&stderr, 512}
 	if err := cmd.Start(); err != nil {
 		remove()
 		return nil, fmt.Errorf("running %s: %w", opener, err)
 	}
-	go cmd.Wait()
+	// The opener fails fast (no browser, no display); when it is still
+	// running after a while, the browser it started is running.
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			remove()
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			return nil, fmt.Errorf("%s: %v: %s", opener, err, lines[len(lines)-1])
+		}
+	case <-time.After(openWait):
+	}
 	return remove, nil
+}
+
+// openWait is how long Open waits for the opener to fail.
+const openWait = 2 * time.Second
+
+// limited writes at most n bytes to w and drops the rest.
+type limited struct {
+	w *bytes.Buffer
+	n int
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	if room := l.n - l.w.Len(); room > 0 {
+		l.w.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }
