@@ -20,18 +20,26 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
+
+// approverLauncher sets the launcher once for these tests, which need no
+// engine (errorsSandbox sets it at every call, which the race detector
+// reports when two of them run in parallel).
+var approverLauncher sync.Once
 
 // approverSandbox is a workspace and home with a runtime directory, where
 // the fake sandbox's ask socket goes.
 func approverSandbox(t *testing.T) (*sandbox, string) {
 	t.Helper()
-	s := errorsSandbox(t)
+	approverLauncher.Do(func() { launcher = testenv.Launcher(t) })
+	s := makeSandbox(t)
 	runtimeDir := filepath.Join(s.Home, "run")
 	if err := os.MkdirAll(runtimeDir, 0o700); err != nil {
 		t.Fatal(err)
