@@ -74,7 +74,7 @@ func forbidden(rw http.ResponseWriter, why string) {
 	http.Error(rw, "forbidden: "+why, http.StatusForbidden)
 }
 
-// allowed says why r is refused, or "".
+// refused says why r is refused, or "" when it is not.
 func (w *Web) refused(r *http.Request) string {
 	if r.Host != w.host {
 		return "wrong host"

@@ -254,6 +254,7 @@ func (b *Broker) serveWatch(w http.ResponseWriter, r *http.Request) {
 			f.Flush()
 		}
 	}
+	w.WriteHeader(http.StatusOK) // the client knows it is attached
 	for _, req := range reqs {
 		if enc.Encode(Event{Type: EventPending, Request: req}) != nil {
 			return

@@ -147,6 +147,12 @@ func (s Sandbox) Pending(ctx context.Context) ([]Request, error) {
 // request first, then each new request and each decision, until ctx ends
 // (Watch returns nil then) or the gateway goes away (an error).
 func (s Sandbox) Watch(ctx context.Context, fn func(Event)) error {
+	return s.WatchAttached(ctx, nil, fn)
+}
+
+// WatchAttached is Watch that calls attached (when not nil) once the
+// gateway counts it as an approver, before any event.
+func (s Sandbox) WatchAttached(ctx context.Context, attached func(), fn func(Event)) error {
 	resp, err := s.do(ctx, http.MethodGet, "/v1/watch", nil)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -157,6 +163,9 @@ func (s Sandbox) Watch(ctx context.Context, fn func(Event)) error {
 	defer resp.Body.Close()
 	if err := statusError(s, resp); err != nil {
 		return err
+	}
+	if attached != nil {
+		attached()
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
