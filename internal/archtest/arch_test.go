@@ -87,6 +87,11 @@ func TestLayering(t *testing.T) {
 		// launch, engine or gateway, and no gateway reads it.
 		module + "/internal/grants": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine",
 			module + "/internal/gateway", module + "/internal/gatewayd", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// The approval frontends (approve, ui) talk to sandboxes through the
+		// ask protocol's client and read decision logs: no CLI, launch,
+		// engine, gateway, generator or profile.
+		module + "/internal/approver": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", module + "/internal/gateway",
+			module + "/internal/gatewayd", module + "/generator", module + "/internal/profile", "github.com/docker/compose", "github.com/moby/moby/client"},
 		// The launch is below the CLI.
 		module + "/internal/sandbox": {module + "/internal/cli"},
 	}

@@ -88,6 +88,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newLogs(a),
 		newRequests(a), newAllow(a), newDeny(a),
 		newGrants(a),
+		newApprove(a), newUI(a),
 		newChanges(a), newDiff(a), newApply(a), newDiscard(a),
 		newVersion(a),
 	)

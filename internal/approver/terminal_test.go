@@ -1,0 +1,111 @@
+package approver
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseKeys(t *testing.T) {
+	t.Parallel()
+	got := parseKeys([]byte("a\x1b[A\x1b[Br\x1bOBD\x03"))
+	want := []string{"a", KeyUp, KeyDown, "r", KeyDown, "D", KeyQuit}
+	if !slices.Equal(got, want) {
+		t.Fatalf("keys %q, want %q", got, want)
+	}
+}
+
+func TestScreen(t *testing.T) {
+	t.Parallel()
+	snap := Snapshot{
+		Sandboxes: []SandboxInfo{{"ws-1", "/ws"}},
+		Pending:   []Item{{Request: req("r1", "a.test", 443)}, {Request: req("r22", "b.test", 80)}},
+	}
+	for i := range snap.Pending {
+		snap.Pending[i].Request.Project = "ws-1"
+	}
+	var s Screen
+	s.Width = 60
+	s.Update(snap)
+	view := strings.Join(s.View(), "\n")
+	if !strings.Contains(view, "> a.test:443") || !strings.Contains(view, "  b.test:80") {
+		t.Fatalf("the first request is not selected:\n%s", view)
+	}
+	if strings.Contains(view, "allow always") {
+		t.Fatalf("always offered without a granter:\n%s", view)
+	}
+	for _, l := range s.View() {
+		if len([]rune(l)) > 60 {
+			t.Errorf("line wider than the terminal: %q", l)
+		}
+	}
+	if _, d, _ := s.Key("A"); d != nil || !strings.Contains(s.msg, "always") {
+		t.Fatalf("always without a granter: %v %q", d, s.msg)
+	}
+	s.Key(KeyDown)
+	it, d, quit := s.Key("x")
+	if quit || it == nil || it.Request.ID != "r22" || *d != (Decision{Action: Deny, Scope: Run}) {
+		t.Fatalf("x on the second: %+v %+v %v", it, d, quit)
+	}
+	// The selection stays on its request when one before it is decided.
+	snap.Pending = snap.Pending[1:]
+	s.Update(snap)
+	if it, _, _ := s.Key("a"); it.Request.ID != "r22" {
+		t.Fatalf("selection moved to %s", it.Request.ID)
+	}
+	if _, _, quit := s.Key("q"); !quit {
+		t.Fatal("q does not quit")
+	}
+}
+
+// TestTerminal runs the terminal UI over pipes against a fake sandbox: keys
+// in, the screen out, the decision reaches the sandbox.
+func TestTerminal(t *testing.T) {
+	t.Parallel()
+	f := newFake("ws-1", req("r1", "a.test", 443))
+	b := startBoard(t, nil, f)
+	waitBoard(t, b, "pending", func(s Snapshot) bool { return len(s.Pending) == 1 })
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error)
+	go func() {
+		done <- Terminal(context.Background(), b, inR, outW, func() (int, int) { return 100, 30 }, nil)
+		outW.Close()
+	}()
+	screen := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := outR.Read(buf)
+			screen <- string(buf[:n])
+			if err != nil {
+				close(screen)
+				return
+			}
+		}
+	}()
+	await := func(s string) {
+		t.Helper()
+		var all strings.Builder
+		for chunk := range screen {
+			all.WriteString(chunk)
+			if strings.Contains(all.String(), s) {
+				return
+			}
+		}
+		t.Fatalf("the screen never showed %q:\n%q", s, all.String())
+	}
+	await("> a.test:443")
+	io.WriteString(inW, "r")
+	await("allow a.test:443: run")
+	if d, _ := f.decision("r1"); d != (Decision{Action: Allow, Scope: Run}) {
+		t.Fatalf("decision %+v", d)
+	}
+	io.WriteString(inW, "q")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	await("\x1b[?1049l") // the terminal's own screen is back
+}

@@ -1,0 +1,148 @@
+// The page of `propio-sandbox ui`: the board's snapshots arrive as
+// server-sent events; decisions are posted as JSON to api/decide. Every URL
+// is relative, so it carries the token of the page's path. Data is only
+// ever put in the page as text, never as HTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function dest(host, port) {
+  if (!port) return host;
+  return (host.includes(":") ? "[" + host + "]" : host) + ":" + port;
+}
+
+function clock(t) {
+  const d = new Date(t);
+  return isNaN(d) || d.getFullYear() < 2000 ? "" : d.toLocaleTimeString();
+}
+
+let state = null;
+
+const choices = [
+  ["allow", "once", "Allow once"],
+  ["allow", "run", "Allow for this run"],
+  ["allow", "always", "Allow always"],
+  ["deny", "once", "Deny"],
+  ["deny", "run", "Deny for this run"],
+  ["deny", "always", "Deny always"],
+];
+
+async function decide(req, action, scope, li) {
+  for (const b of li.querySelectorAll("button")) b.disabled = true;
+  try {
+    const resp = await fetch("api/decide", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ sandbox: req.project, id: req.id, action, scope }),
+    });
+    if (!resp.ok) showError((await resp.text()).trim());
+  } catch (e) {
+    showError(String(e));
+  }
+  for (const b of li.querySelectorAll("button")) b.disabled = false;
+  refreshLogs();
+}
+
+function showError(msg) {
+  $("error").textContent = msg;
+  $("error").hidden = !msg;
+}
+
+function renderPending(s) {
+  const ul = $("pending");
+  ul.replaceChildren();
+  for (const it of s.pending) {
+    const r = it.request;
+    const li = el("li", { class: "request", "data-id": r.id, "data-sandbox": r.project });
+    li.append(
+      el("div", { class: "dest mono" }, dest(r.host, r.port)),
+      el("div", { class: "meta" }, `${r.kind} via ${r.via} · sandbox ${r.project} · ${r.reason} · asked at ${clock(r.created)}`),
+    );
+    const buttons = el("div", { class: "buttons" });
+    for (const [action, scope, label] of choices) {
+      if (scope === "always" && !s.always) continue;
+      const b = el("button", { class: action + (scope === "run" && action === "allow" ? " primary" : ""), "data-action": action, "data-scope": scope, type: "button" }, label);
+      b.addEventListener("click", () => decide(r, action, scope, li));
+      buttons.append(b);
+    }
+    li.append(buttons);
+    ul.append(li);
+  }
+  $("pending-count").textContent = String(s.pending.length);
+  $("pending-empty").hidden = s.pending.length > 0;
+}
+
+function renderDecided(s) {
+  const body = $("decided").tBodies[0];
+  body.replaceChildren();
+  for (const it of s.decided) {
+    const r = it.request, d = it.decision || {};
+    body.append(el("tr", { "data-id": r.id, "data-sandbox": r.project },
+      el("td", {}, clock(it.decided)),
+      el("td", { class: d.action || "" }, d.action || ""),
+      el("td", {}, d.scope || ""),
+      el("td", {}, it.decided_by || ""),
+      el("td", { class: "mono" }, dest(r.host, r.port)),
+      el("td", {}, r.via),
+      el("td", {}, r.project)));
+  }
+}
+
+function render(s) {
+  state = s;
+  const names = s.sandboxes.map((x) => x.project + " (" + x.workspace + ")");
+  $("sandboxes").textContent = names.length ? "Approving for " + names.join(", ") : "No sandbox that can ask is running here yet; waiting for one.";
+  showError(s.error || "");
+  renderPending(s);
+  renderDecided(s);
+}
+
+function outcome(e) {
+  if (!e.allowed) return "denied";
+  return e.error ? "failed" : "allowed";
+}
+
+async function refreshLogs() {
+  if (!state) return;
+  const box = $("logs");
+  const parts = [];
+  for (const sb of state.sandboxes) {
+    let entries = [];
+    try {
+      const resp = await fetch("api/log?sandbox=" + encodeURIComponent(sb.project));
+      if (resp.ok) entries = await resp.json();
+    } catch (e) { /* the next refresh tries again */ }
+    const table = el("table", { class: "log" },
+      el("thead", {}, el("tr", {}, ...["time", "decision", "by", "scope", "via", "destination", "why"].map((h) => el("th", {}, h)))));
+    const body = el("tbody");
+    for (const e of entries) {
+      body.append(el("tr", {},
+        el("td", {}, clock(e.time)),
+        el("td", { class: outcome(e) }, outcome(e)),
+        el("td", {}, e.decided_by || "rule"), // as logs says it: entries without one were decided by the rules
+        el("td", {}, e.scope || ""),
+        el("td", {}, e.via),
+        el("td", { class: "mono" }, dest(e.host, e.port)),
+        el("td", {}, e.reason + (e.error ? " (" + e.error + ")" : ""))));
+    }
+    table.append(body);
+    parts.push(el("h3", {}, sb.project), entries.length ? table : el("p", { class: "muted" }, "no decisions logged yet"));
+  }
+  box.replaceChildren(...parts);
+}
+
+const events = new EventSource("api/events");
+events.onmessage = (m) => { render(JSON.parse(m.data)); refreshLogs(); };
+events.onerror = () => { $("sandboxes").textContent = "disconnected from propio-sandbox ui; reconnecting…"; };
+setInterval(refreshLogs, 2000);
