@@ -328,10 +328,49 @@ func TestAskAllowlist(t *testing.T) {
 		}
 	})
 
+	// Last: an always decision also holds for the rest of this run, which
+	// the subtests above must not see.
+	t.Run("allow always", func(t *testing.T) {
+		got := inSandbox(r, curl("http://denied.test/always"))
+		ev := a.next(ask.EventPending)
+		if ev.Request.Host != "denied.test" || ev.Request.Port != 80 {
+			t.Fatalf("request = %+v", ev.Request)
+		}
+		decide(t, s, "allow", ev.Request.ID, "always")
+		if out := recv(t, got); !strings.Contains(out, "beta http denied.test /always") || !strings.Contains(out, "status=200") {
+			t.Fatalf("allowed always: %q", out)
+		}
+		res := s.Run("", "grants", "--json")
+		var gs []map[string]any
+		if res.Code != 0 || json.Unmarshal([]byte(res.Stdout), &gs) != nil || len(gs) != 1 ||
+			gs[0]["host"] != "denied.test" || gs[0]["port"] != float64(80) || gs[0]["action"] != "allow" || gs[0]["by"] != "allow --for always" {
+			t.Fatalf("grants --json after allow --for always:\n%s", res)
+		}
+	})
+
 	r.Stop()
 	if _, err := os.Stat(askDir); !os.IsNotExist(err) {
 		t.Errorf("the ask directory outlived the sandbox: %v", err)
 	}
+
+	// The next run of the workspace decides it by the grant: no one asked.
+	t.Run("the grant holds for the next run", func(t *testing.T) {
+		r2 := startAllowlist(t, s, in, askProfile)
+		defer r2.Stop()
+		if out := recv(t, inSandbox(r2, curl("http://denied.test/again"))); !strings.Contains(out, "status=200") {
+			t.Fatalf("the next run, under the grant: %q", out)
+		}
+		a.nonePending()
+		var by string
+		for _, e := range decisions(t, s, false) {
+			if e["host"] == "denied.test" {
+				by, _ = e["rule"].(string)
+			}
+		}
+		if !strings.HasPrefix(by, "grant:") {
+			t.Errorf("denied.test in the next run decided by %q, want the grant (grant:FILE:N)", by)
+		}
+	})
 }
 
 // waitHeld waits until the gateway holds n connections from the sandbox

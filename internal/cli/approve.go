@@ -60,7 +60,7 @@ func (a *app) approve(all bool) error {
 	defer term.RestoreTerminal(in.Fd(), state)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	board := newBoard(e, all)
+	board := newBoard(e, all, "approve")
 	defer runBoard(ctx, board)()
 	size := func() (int, int) {
 		if ws, err := term.GetWinsize(out.Fd()); err == nil {
@@ -76,22 +76,21 @@ func (a *app) approve(all bool) error {
 
 // newBoard is the board of the sandboxes of e's workspace that can ask, or
 // of all the user's.
-func newBoard(e env, all bool) *approver.Board {
+func newBoard(e env, all bool, by string) *approver.Board {
 	find := func() ([]approver.Target, error) {
 		sbs, err := approver.Find(e.workspace, all)
 		return approver.Targets(sbs), err
 	}
-	return approver.NewBoard(find, grantAlways(e), time.Second)
+	return approver.NewBoard(find, grantAlways(e, by), time.Second)
 }
 
-// grantAlways saves an "always" decision in the user's grants.
-//
-// TODO(merge): helper C's internal/grants is not on this branch; wire it:
-//
-//	return func(ws, host string, port int, action string) error { return grants.Add(e.dirs, ws, host, port, action) }
-//
-// Until then "always" is not offered (a nil Granter).
-func grantAlways(e env) approver.Granter { return nil }
+// grantAlways saves an "always" decision of the frontend by in the user's
+// grants.
+func grantAlways(e env, by string) approver.Granter {
+	return func(workspace, host string, port int, action string) error {
+		return saveGrant(e.dirs, workspace, host, port, action, by)
+	}
+}
 
 // runBoard runs board until the function it returns is called, which waits
 // for it to end.

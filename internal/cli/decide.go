@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/grants"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/spf13/cobra"
 )
@@ -35,7 +36,11 @@ later run of this workspace, saved in your grants (outside the workspace).`,
 				return err
 			}
 			if scope == ask.ScopeAlways {
-				if err := saveGrant(req, action); err != nil {
+				dirs, err := hostinfo.UserDirs()
+				if err != nil {
+					return err
+				}
+				if err := saveGrant(dirs, req.Workspace, req.Host, req.Port, action, action+" --for always"); err != nil {
 					return err
 				}
 			}
@@ -101,20 +106,13 @@ func findRequest(cmd *cobra.Command, f askFlags, id string) (ask.Sandbox, ask.Re
 	return in[0], found[0], nil
 }
 
-// saveGrant saves an always decision in the user's grants before the
-// gateway is told, so that later runs of the workspace decide it by rule.
-//
-// MERGE(i17-grants): wire helper C's package here:
-//
-//	return grants.Add(dirs, req.Workspace, req.Host, req.Port, action)
-//
-// (req.Port 0 is a DNS lookup's request: the name on 80 and 443.) Until
-// then, --for always is refused rather than claimed.
-func saveGrant(req ask.Request, action string) error {
-	dirs, err := hostinfo.UserDirs()
-	if err != nil {
-		return err
+// saveGrant saves an always decision in the user's grants (by says how it
+// was made) before the gateway is told, so that later runs of the workspace
+// decide it by rule. Port 0, a DNS lookup's request, is the name on 80 and
+// 443, as a rule without a port.
+func saveGrant(dirs hostinfo.Dirs, workspace, host string, port int, action, by string) error {
+	if _, err := grants.Put(dirs, workspace, grants.Grant{Action: action, Host: host, Port: port, By: by}); err != nil {
+		return withHint(fmt.Errorf("saving the grant for always: %w", err), "decide it --for run, or write the rule in a profile of yours")
 	}
-	_ = dirs // grants.Add(dirs, ...) at merge
-	return withHint(errors.New("--for always: saving grants is not in this build yet"), "use --for run, and add the rule to your profile")
+	return nil
 }

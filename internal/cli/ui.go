@@ -38,7 +38,7 @@ func (a *app) ui(all, noOpen bool) error {
 	if err != nil {
 		return err
 	}
-	board := newBoard(e, all)
+	board := newBoard(e, all, "ui")
 	web, err := approver.NewWeb(board, e.dirs.LogDir())
 	if err != nil {
 		return err
