@@ -48,8 +48,8 @@ type Profile struct {
 	// inside, through /run/propio-sandbox/request.sock (RequestKinds);
 	// none (the default, and every built-in's) mounts no such socket.
 	AgentRequests []string `yaml:"agent_requests,omitempty"`
-	Meta   Meta     `yaml:"-"`
-	src    *resolved
+	Meta          Meta     `yaml:"-"`
+	src           *resolved
 	// granted are the unsafe grants Load judged on the host and allowed.
 	granted []Grant
 }
