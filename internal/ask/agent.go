@@ -2,9 +2,13 @@ package ask
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // The agent's side: a sandbox whose profile has agent_requests gets a
@@ -113,3 +117,73 @@ func ParseAgentAsk(b []byte) (AgentAsk, error) {
 func (a AgentAsk) Request() Request {
 	return Request{Kind: a.Kind, Via: "agent", Port: a.Port, Reason: a.Reason, Resources: a.Resources, Mount: a.Mount}
 }
+
+// What says what r asks for, as frontends show it: host:port (the name
+// alone for a DNS lookup) for a network request; "port 3000",
+// "cpus 4, memory 4GiB, pids 500" or a host path (", write" when asked) for
+// an agent's.
+func (r Request) What() string {
+	switch r.Kind {
+	case KindPort:
+		return "port " + strconv.Itoa(r.Port)
+	case KindResources:
+		if r.Resources != nil {
+			return r.Resources.String()
+		}
+	case KindMount:
+		if r.Mount != nil {
+			s := r.Mount.Source
+			if r.Mount.Target != "" {
+				s += " at " + r.Mount.Target
+			}
+			if r.Mount.Write {
+				s += ", write"
+			}
+			return s
+		}
+	}
+	if r.Port == 0 {
+		return r.Host
+	}
+	return net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
+}
+
+// String is the limits asked for: "cpus 4, memory 4GiB, pids 500".
+func (r ResourcesAsk) String() string {
+	var parts []string
+	if r.CPUs > 0 {
+		parts = append(parts, "cpus "+strconv.FormatFloat(r.CPUs, 'g', -1, 64))
+	}
+	if r.Memory > 0 {
+		parts = append(parts, "memory "+Bytes(r.Memory))
+	}
+	if r.PIDs > 0 {
+		parts = append(parts, "pids "+strconv.FormatInt(r.PIDs, 10))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Bytes says n bytes in the largest binary unit that divides it, or with
+// one decimal in GiB or MiB: 4GiB, 1.5GiB, 768MiB, 1000B.
+func Bytes(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		switch {
+		case n >= u.size && n%u.size == 0:
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		case n >= u.size && u.size >= 1<<20:
+			return strconv.FormatFloat(float64(n)/float64(u.size), 'f', 1, 64) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// ErrNotGrantable: an agent's request is decided for itself: "always" (a
+// grant, for a host and port) does not apply to it.
+var ErrNotGrantable = errors.New("an agent's request (port, resources, mount) is decided once: always is for network requests")
+
+// Grantable reports whether a decision for always can be kept for r as a
+// grant: network requests only.
+func Grantable(r Request) bool { return r.Kind == "" || r.Kind == KindNetwork }

@@ -223,21 +223,26 @@ const rescan = 250 * time.Millisecond
 // server of the sandbox (each socket of its ask directory) counts it as an
 // approver, before any event. It watches each socket, and those that
 // appear while it runs; calls of fn are never concurrent. It ends when ctx
-// does (nil) or when a server goes away (an error: the sandbox ends).
+// does (nil), or when a server it watched goes away, or the ask directory
+// does (an error: the sandbox ends).
 func (s Sandbox) WatchAttached(ctx context.Context, attached func(), fn func(Event)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
 	serial := func(ev Event) { mu.Lock(); defer mu.Unlock(); fn(ev) }
-	ended := make(chan error, 16)
+	type end struct {
+		name      string
+		connected bool
+		err       error
+	}
+	ended := make(chan end, 16)
 	watching := map[string]bool{}
-	first := true
 	tick := time.NewTicker(rescan)
 	defer tick.Stop()
-	for {
+	for first := true; ; first = false {
 		names := s.sockets()
-		if first && len(names) == 0 {
-			return fmt.Errorf("watching the requests of %s: nothing serves them", s.Project)
+		if len(names) == 0 {
+			return fmt.Errorf("watching the requests of %s: the sandbox is gone", s.Project)
 		}
 		var wg sync.WaitGroup
 		for _, name := range names {
@@ -247,44 +252,48 @@ func (s Sandbox) WatchAttached(ctx context.Context, attached func(), fn func(Eve
 			watching[name] = true
 			wg.Add(1)
 			go func() {
-				ended <- s.watch(ctx, name, wg.Done, serial)
+				connected, err := s.watch(ctx, name, wg.Done, serial)
+				ended <- end{name, connected, err}
 			}()
 		}
 		if first {
-			wg.Wait() // each attached, or failed
-			first = false
+			wg.Wait() // each attached, or failed to
 			if attached != nil {
 				attached()
 			}
 		}
-		select {
-		case err := <-ended:
-			if ctx.Err() != nil {
+		for again := true; again; {
+			select {
+			case e := <-ended:
+				if ctx.Err() != nil {
+					return nil
+				}
+				if e.connected {
+					return e.err
+				}
+				watching[e.name] = false // not served yet (or any more): looked at again
+			case <-ctx.Done():
 				return nil
+			case <-tick.C:
+				again = false
 			}
-			return err
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
 		}
 	}
 }
 
-// watch watches the socket name; attached is called once, whether it
-// attached or failed.
-func (s Sandbox) watch(ctx context.Context, name string, attached func(), fn func(Event)) error {
+// watch watches the socket name until ctx ends (nil) or its server goes
+// away (an error); connected says whether it got to watch. attached is
+// called once, whether it attached or failed to.
+func (s Sandbox) watch(ctx context.Context, name string, attached func(), fn func(Event)) (connected bool, err error) {
 	once := sync.OnceFunc(attached)
 	defer once()
 	resp, err := s.do(ctx, name, http.MethodGet, "/v1/watch", nil)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return false, err
 	}
 	defer resp.Body.Close()
 	if err := statusError(s, name, resp); err != nil {
-		return err
+		return false, err
 	}
 	once()
 	sc := bufio.NewScanner(resp.Body)
@@ -292,17 +301,14 @@ func (s Sandbox) watch(ctx context.Context, name string, attached func(), fn fun
 	for sc.Scan() {
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return fmt.Errorf("reading the requests of %s: %w", s.Project, err)
+			return true, fmt.Errorf("reading the requests of %s: %w", s.Project, err)
 		}
 		fn(ev)
 	}
-	if ctx.Err() != nil {
-		return nil
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return true, fmt.Errorf("watching the requests of %s: %w", s.Project, err)
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("watching the requests of %s: %w", s.Project, err)
-	}
-	return fmt.Errorf("watching the requests of %s: %s went away", s.Project, serverOf(name))
+	return true, fmt.Errorf("watching the requests of %s: %s went away", s.Project, serverOf(name))
 }
 
 // Decide answers the pending request id, at whichever socket has it;

@@ -35,6 +35,9 @@ later run of this workspace, saved in your grants (outside the workspace).`,
 			if err != nil {
 				return err
 			}
+			if scope == ask.ScopeAlways && !ask.Grantable(req) {
+				return withHint(ask.ErrNotGrantable, "decide it --for once (the default)")
+			}
 			if scope == ask.ScopeAlways {
 				dirs, err := hostinfo.UserDirs()
 				if err != nil {

@@ -19,8 +19,9 @@ type RequestHandler func(ctx context.Context, req ask.Request) (result map[strin
 // Handlers are the RequestHandlers of a launch's request server, by kind.
 // The zero value is empty and ready; it is safe for concurrent use.
 type Handlers struct {
-	mu sync.RWMutex
-	m  map[string]RequestHandler
+	mu     sync.RWMutex
+	m      map[string]RequestHandler
+	checks map[string]RequestCheck
 }
 
 // Register makes h the handler of kind, replacing any before it.
@@ -56,4 +57,30 @@ func (hs *Handlers) Kinds() []string {
 // errNoHandler is the error of a kind no handler carries out.
 func errNoHandler(kind string) error {
 	return fmt.Errorf("this sandbox does not carry out %s requests", kind)
+}
+
+// A RequestCheck refuses, before the user is asked, a request that its
+// handler would not carry out (a resources request above the bounds): the
+// agent is answered deny at once, decided by rule, with the error.
+type RequestCheck func(req ask.Request) error
+
+// Check makes c the check of kind's requests before they are asked.
+func (hs *Handlers) Check(kind string, c RequestCheck) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.checks == nil {
+		hs.checks = map[string]RequestCheck{}
+	}
+	hs.checks[kind] = c
+}
+
+// check runs the check of req's kind, if it has one.
+func (hs *Handlers) check(req ask.Request) error {
+	hs.mu.RLock()
+	c := hs.checks[req.Kind]
+	hs.mu.RUnlock()
+	if c == nil {
+		return nil
+	}
+	return c(req)
 }
