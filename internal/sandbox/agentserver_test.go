@@ -126,7 +126,10 @@ func TestAgentRequestNoApprover(t *testing.T) {
 func TestAgentRequestAllowed(t *testing.T) {
 	f := newAgentFixture(t, "resources")
 	var seen ask.Request
-	f.approve(t, func(r ask.Request) ask.Decision { seen = r; return ask.Decision{Action: ask.Allow, Scope: ask.ScopeOnce} })
+	f.approve(t, func(r ask.Request) ask.Decision {
+		seen = r
+		return ask.Decision{Action: ask.Allow, Scope: ask.ScopeOnce}
+	})
 	a := f.post(t, `{"kind":"resources","resources":{"memory":2147483648,"pids":500},"reason":"a big build"}`)
 	if a.Decision != ask.Allow || a.DecidedBy != ask.ByUser || a.Error != "" {
 		t.Fatalf("answer %+v", a)
@@ -143,12 +146,12 @@ func TestAgentRequestAllowed(t *testing.T) {
 	// Lower than now, above the bounds, nothing raised: refused without
 	// asking, by rule, saying why.
 	for body, want := range map[string]string{
-		`{"kind":"resources","resources":{"pids":200},"reason":"x"}`:         "below the current limit of 500",
+		`{"kind":"resources","resources":{"pids":200},"reason":"x"}`:          "below the current limit of 500",
 		`{"kind":"resources","resources":{"memory":8589934592},"reason":"x"}`: "above the maximum of 4GiB",
-		`{"kind":"resources","resources":{"pids":500},"reason":"x"}`:         "nothing to raise",
-		`{"kind":"port","port":3000,"reason":"x"}`:                           "does not let the agent ask for port",
-		`{"kind":"resources","resources":{"pids":600}}`:                      "reason",
-		`{"kind":"disk","reason":"x"}`:                                       `kind "disk"`,
+		`{"kind":"resources","resources":{"pids":500},"reason":"x"}`:          "nothing to raise",
+		`{"kind":"port","port":3000,"reason":"x"}`:                            "does not let the agent ask for port",
+		`{"kind":"resources","resources":{"pids":600}}`:                       "reason",
+		`{"kind":"disk","reason":"x"}`:                                        `kind "disk"`,
 	} {
 		a := f.post(t, body)
 		if a.Decision != ask.Deny || a.DecidedBy != ask.ByRule || !strings.Contains(a.Error, want) {
