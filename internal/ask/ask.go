@@ -15,6 +15,11 @@
 //	                         one watch is open an approver is attached
 //	POST /v1/requests/{id}   a Decision; 404 when the request is gone
 //
+// The launcher of a sandbox whose profile has agent_requests serves a Broker
+// of its own, as launcher.sock in the same directory, for the requests the
+// agent makes from inside (agent.go); the client covers every socket of
+// the directory.
+//
 // The package prints nothing and never exits.
 package ask
 

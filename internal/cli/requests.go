@@ -38,10 +38,12 @@ func newRequests(a *app) *cobra.Command {
 	var asJSON, watch bool
 	cmd := &cobra.Command{
 		Use:   "requests [--json] [--watch] [--all]",
-		Short: "List the pending permission requests of this directory's sandboxes (network.unlisted: ask)",
+		Short: "List the pending permission requests of this directory's sandboxes (network.unlisted: ask, agent_requests)",
 		Long: `List what the sandboxes of this directory wait for you to decide: connections that
 no rule of a profile with network.unlisted: ask matches, held by the gateway until
-you answer with allow ID or deny ID, or until network.ask_timeout.
+you answer with allow ID or deny ID, or until network.ask_timeout; and what the
+agent asks for from inside (agent_requests: a port, resources, a host path), with
+its reason.
 
 --watch attaches as an approver and prints each request and each decision as it
 happens until interrupted: while no approver is attached, a sandbox's requests
