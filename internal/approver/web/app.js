@@ -88,7 +88,7 @@ function renderPending(s) {
     );
     const buttons = el("div", { class: "buttons" });
     for (const [action, scope, label] of choices) {
-      if (scope === "always" && !s.always) continue;
+      if (scope === "always" && (!s.always || (r.kind && r.kind !== "network"))) continue; // an agent's request is decided for itself
       const b = el("button", { class: action + (scope === "run" && action === "allow" ? " primary" : ""), "data-action": action, "data-scope": scope, type: "button" }, label);
       b.addEventListener("click", () => decide(r, action, scope, li));
       buttons.append(b);
