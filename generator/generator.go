@@ -61,6 +61,9 @@ type Host struct {
 	// AskDir is the host directory of the ask directories of sandboxes with
 	// network.unlisted: ask, one per project (package ask).
 	AskDir string
+	// AgentDir is the host directory of the agents' directories of
+	// sandboxes with agent_requests, one per project (AgentDir names one).
+	AgentDir string
 	// ResolvDir is the host directory of the resolv.conf files that point an
 	// allowlist sandbox's DNS at its gateway (ResolvConf names one).
 	ResolvDir string
@@ -243,6 +246,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	svc.Volumes = vols
 	svc.Tmpfs = h.Engine.tmpfs(tmpfs)
 	credentials(p, h, &svc)
+	agentRequests(p, h, o, &svc)
 	guardMounts(p, h, &svc)
 
 	labels := types.Labels{

@@ -46,6 +46,7 @@ func fixtureHost(t *testing.T, p *profile.Profile) generator.Host {
 		LogDir:     "/home/dev/.local/state/propio-sandbox/logs",
 		ResolvDir:  "/home/dev/.local/state/propio-sandbox/resolv",
 		AskDir:     "/run/user/1000/propio-sandbox/ask",
+		AgentDir:   "/run/user/1000/propio-sandbox/agent",
 		GitConfig:  []string{"/home/dev/.config/git/config", "/home/dev/.gitconfig"},
 		KnownHosts: "/home/dev/.ssh/known_hosts",
 		Passwd:     "/home/dev/.local/state/propio-sandbox/accounts/1000-1000.passwd",

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"slices"
 	"sort"
 	"strings"
@@ -249,6 +250,9 @@ func (b *Board) Decide(ctx context.Context, project, id string, d Decision) erro
 	b.mu.Unlock()
 	if !ok || !pending {
 		return fmt.Errorf("request %s of sandbox %s: %w", id, project, ErrGone)
+	}
+	if d.Scope == Always && !ask.Grantable(it.Request) {
+		return fmt.Errorf("request %s of sandbox %s: %w", id, project, ask.ErrNotGrantable)
 	}
 	if d.Scope == Always {
 		if b.grant == nil {

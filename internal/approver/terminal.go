@@ -136,7 +136,7 @@ func (s *Screen) View() []string {
 		if itemKey(it) == s.sel {
 			mark = "> "
 		}
-		add("%s%-28s %-7s %-18s %s", mark, Dest(r.Host, r.Port), r.Via, r.Project, r.Reason)
+		add("%s%-28s %-7s %-18s %s", mark, r.What(), r.Via, r.Project, r.Reason)
 	}
 	add("")
 	var legend []string
@@ -156,7 +156,7 @@ func (s *Screen) View() []string {
 		if it.Decision != nil {
 			d = *it.Decision
 		}
-		add("  %s  %-5s %-6s %-11s %-28s %-7s %s", it.Decided.Local().Format("15:04:05"), d.Action, d.Scope, it.DecidedBy, Dest(r.Host, r.Port), r.Via, r.Project)
+		add("  %s  %-5s %-6s %-11s %-28s %-7s %s", it.Decided.Local().Format("15:04:05"), d.Action, d.Scope, it.DecidedBy, r.What(), r.Via, r.Project)
 	}
 	if s.Height > 0 && len(lines) > s.Height {
 		lines = lines[:s.Height]
@@ -217,7 +217,7 @@ func decide(ctx context.Context, b *Board, it *Item, d Decision) string {
 	if err := b.Decide(ctx, r.Project, r.ID, d); err != nil {
 		return "error: " + err.Error()
 	}
-	return fmt.Sprintf("%s %s: %s", d.Action, Dest(r.Host, r.Port), d.Scope)
+	return fmt.Sprintf("%s %s: %s", d.Action, r.What(), d.Scope)
 }
 
 // draw writes lines from the top left, clearing what is left of the old.

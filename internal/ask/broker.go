@@ -23,6 +23,9 @@ type Broker struct {
 	Cap int
 	// Now is the clock of Created. Default: time.Now.
 	Now func() time.Time
+	// Prefix starts the ID of each request, so that the IDs of two brokers
+	// of a sandbox (the gateway's, the launcher's "a") never meet.
+	Prefix string
 
 	mu       sync.Mutex
 	next     int
@@ -30,13 +33,25 @@ type Broker struct {
 	watchers map[chan Event]struct{}
 }
 
+// key is what merges requests: a network request's host and port; an
+// agent's request is never merged (seq).
 type key struct {
 	host string
 	port int
+	seq  int
+}
+
+func keyOf(req Request, seq int) key {
+	if req.Kind == "" || req.Kind == KindNetwork {
+		return key{host: req.Host, port: req.Port}
+	}
+	return key{seq: seq}
 }
 
 type pending struct {
 	req       Request
+	key       key
+	seq       int
 	done      chan struct{}
 	decision  Decision
 	decidedBy string
@@ -56,10 +71,11 @@ type Outcome struct {
 
 // Ask holds until req (Kind, Host, Port, Via and Reason set) is decided,
 // its timeout passes, or ctx ends (the connection went away: a deny). A
-// request for a host and port that is already pending waits for that one.
+// network request for a host and port that is already pending waits for
+// that one; an agent's request is always its own.
 func (b *Broker) Ask(ctx context.Context, req Request) Outcome {
-	k := key{req.Host, req.Port}
 	b.mu.Lock()
+	k := keyOf(req, b.next+1)
 	p, ok := b.pending[k]
 	if !ok {
 		if len(b.watchers) == 0 {
@@ -71,13 +87,13 @@ func (b *Broker) Ask(ctx context.Context, req Request) Outcome {
 			return Outcome{Decision{Deny, ScopeOnce}, ByNoApprover, strconv.Itoa(b.cap()) + " requests already wait for a decision"}
 		}
 		b.next++
-		req.ID = strconv.Itoa(b.next)
+		req.ID = b.Prefix + strconv.Itoa(b.next)
 		req.Project, req.Workspace = b.Project, b.Workspace
 		req.Created = b.now().UTC().Truncate(time.Millisecond)
 		if req.Kind == "" {
 			req.Kind = KindNetwork
 		}
-		p = &pending{req: req, done: make(chan struct{})}
+		p = &pending{req: req, key: k, seq: b.next, done: make(chan struct{})}
 		if b.pending == nil {
 			b.pending = map[key]*pending{}
 		}
@@ -113,11 +129,10 @@ func (b *Broker) now() time.Time {
 func (b *Broker) settle(p *pending, d Decision, by string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := key{p.req.Host, p.req.Port}
-	if b.pending[k] != p {
+	if b.pending[p.key] != p {
 		return false
 	}
-	delete(b.pending, k)
+	delete(b.pending, p.key)
 	p.decision, p.decidedBy = d, by
 	close(p.done)
 	b.broadcast(Event{Type: EventDecided, Request: p.req, Decision: &d, DecidedBy: by})
@@ -152,18 +167,15 @@ func (b *Broker) Pending() []Request {
 }
 
 func (b *Broker) pendingLocked() []Request {
-	reqs := make([]Request, 0, len(b.pending))
+	ps := make([]*pending, 0, len(b.pending))
 	for _, p := range b.pending {
-		reqs = append(reqs, p.req)
+		ps = append(ps, p)
 	}
-	slices.SortFunc(reqs, func(x, y Request) int {
-		if c := x.Created.Compare(y.Created); c != 0 {
-			return c
-		}
-		a, _ := strconv.Atoi(x.ID)
-		z, _ := strconv.Atoi(y.ID)
-		return a - z
-	})
+	slices.SortFunc(ps, func(x, y *pending) int { return x.seq - y.seq })
+	reqs := make([]Request, len(ps))
+	for i, p := range ps {
+		reqs[i] = p.req
+	}
 	return reqs
 }
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -89,28 +90,45 @@ func Open(dir string) (Sandbox, error) {
 	return Sandbox{Project: info.Project, Workspace: info.Workspace, Dir: dir}, nil
 }
 
-// live reports whether something serves the sandbox's socket.
+// sockets are the sockets of the sandbox's ask directory (the gateway's
+// ask.sock, the launcher's launcher.sock), sorted.
+func (s Sandbox) sockets() []string {
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".sock") && e.Type()&os.ModeSocket != 0 {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// live reports whether something serves one of the sandbox's sockets.
 func (s Sandbox) live() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	c, err := s.dial(ctx)
-	if err != nil {
-		return false
+	for _, name := range s.sockets() {
+		if c, err := s.dial(ctx, name); err == nil {
+			c.Close()
+			return true
+		}
 	}
-	c.Close()
-	return true
+	return false
 }
 
 // maxSocketPath is the longest path a unix socket address holds (Linux:
 // 108 bytes with the final NUL).
 const maxSocketPath = 107
 
-// dial connects to the sandbox's socket. A path too long for a socket
+// dial connects to the sandbox's socket name. A path too long for a socket
 // address (a deep $XDG_STATE_HOME) is reached through the directory's file
-// descriptor, /proc/self/fd/N/ask.sock, where there is a /proc.
-func (s Sandbox) dial(ctx context.Context) (net.Conn, error) {
+// descriptor, /proc/self/fd/N/NAME, where there is a /proc.
+func (s Sandbox) dial(ctx context.Context, name string) (net.Conn, error) {
 	var d net.Dialer
-	sock := filepath.Join(s.Dir, SocketName)
+	sock := filepath.Join(s.Dir, name)
 	if len(sock) <= maxSocketPath {
 		return d.DialContext(ctx, "unix", sock)
 	}
@@ -119,18 +137,18 @@ func (s Sandbox) dial(ctx context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), SocketName))
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name))
 }
 
-// client speaks HTTP to the sandbox's socket.
-func (s Sandbox) client() *http.Client {
+// client speaks HTTP to the sandbox's socket name.
+func (s Sandbox) client(name string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
-		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return s.dial(ctx) },
+		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return s.dial(ctx, name) },
 		DisableKeepAlives: true,
 	}}
 }
 
-func (s Sandbox) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+func (s Sandbox) do(ctx context.Context, name, method, path string, body io.Reader) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://ask"+path, body)
 	if err != nil {
 		return nil, err
@@ -138,21 +156,49 @@ func (s Sandbox) do(ctx context.Context, method, path string, body io.Reader) (*
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := s.client().Do(req)
+	resp, err := s.client(name).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("asking the gateway of %s: %w", s.Project, err)
+		return nil, fmt.Errorf("asking %s of %s: %w", serverOf(name), s.Project, err)
 	}
 	return resp, nil
 }
 
-// Pending returns the sandbox's pending requests, oldest first.
+// serverOf names who serves the socket name, for messages.
+func serverOf(name string) string {
+	if name == LauncherSocketName {
+		return "the launcher"
+	}
+	return "the gateway"
+}
+
+// Pending returns the sandbox's pending requests (of every socket of its
+// ask directory), oldest first.
 func (s Sandbox) Pending(ctx context.Context) ([]Request, error) {
-	resp, err := s.do(ctx, http.MethodGet, "/v1/requests", nil)
+	var all []Request
+	var errs []error
+	names := s.sockets()
+	for _, name := range names {
+		reqs, err := s.pending(ctx, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		all = append(all, reqs...)
+	}
+	if len(errs) == len(names) && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	slices.SortStableFunc(all, func(x, y Request) int { return x.Created.Compare(y.Created) })
+	return all, nil
+}
+
+func (s Sandbox) pending(ctx context.Context, name string) ([]Request, error) {
+	resp, err := s.do(ctx, name, http.MethodGet, "/v1/requests", nil)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if err := statusError(s, resp); err != nil {
+	if err := statusError(s, name, resp); err != nil {
 		return nil, err
 	}
 	var reqs []Request
@@ -169,65 +215,131 @@ func (s Sandbox) Watch(ctx context.Context, fn func(Event)) error {
 	return s.WatchAttached(ctx, nil, fn)
 }
 
-// WatchAttached is Watch that calls attached (when not nil) once the
-// gateway counts it as an approver, before any event.
+// rescan is how often a watch looks for a socket that has appeared in the
+// ask directory (the gateway's starts after the launcher's).
+const rescan = 250 * time.Millisecond
+
+// WatchAttached is Watch that calls attached (when not nil) once every
+// server of the sandbox (each socket of its ask directory) counts it as an
+// approver, before any event. It watches each socket, and those that
+// appear while it runs; calls of fn are never concurrent. It ends when ctx
+// does (nil), or when a server it watched goes away, or the ask directory
+// does (an error: the sandbox ends).
 func (s Sandbox) WatchAttached(ctx context.Context, attached func(), fn func(Event)) error {
-	resp, err := s.do(ctx, http.MethodGet, "/v1/watch", nil)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	serial := func(ev Event) { mu.Lock(); defer mu.Unlock(); fn(ev) }
+	type end struct {
+		name      string
+		connected bool
+		err       error
+	}
+	ended := make(chan end, 16)
+	watching := map[string]bool{}
+	tick := time.NewTicker(rescan)
+	defer tick.Stop()
+	for first := true; ; first = false {
+		names := s.sockets()
+		if len(names) == 0 {
+			return fmt.Errorf("watching the requests of %s: the sandbox is gone", s.Project)
 		}
-		return err
+		var wg sync.WaitGroup
+		for _, name := range names {
+			if watching[name] {
+				continue
+			}
+			watching[name] = true
+			wg.Add(1)
+			go func() {
+				connected, err := s.watch(ctx, name, wg.Done, serial)
+				ended <- end{name, connected, err}
+			}()
+		}
+		if first {
+			wg.Wait() // each attached, or failed to
+			if attached != nil {
+				attached()
+			}
+		}
+		for again := true; again; {
+			select {
+			case e := <-ended:
+				if ctx.Err() != nil {
+					return nil
+				}
+				if e.connected {
+					return e.err
+				}
+				watching[e.name] = false // not served yet (or any more): looked at again
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+				again = false
+			}
+		}
+	}
+}
+
+// watch watches the socket name until ctx ends (nil) or its server goes
+// away (an error); connected says whether it got to watch. attached is
+// called once, whether it attached or failed to.
+func (s Sandbox) watch(ctx context.Context, name string, attached func(), fn func(Event)) (connected bool, err error) {
+	once := sync.OnceFunc(attached)
+	defer once()
+	resp, err := s.do(ctx, name, http.MethodGet, "/v1/watch", nil)
+	if err != nil {
+		return false, err
 	}
 	defer resp.Body.Close()
-	if err := statusError(s, resp); err != nil {
-		return err
+	if err := statusError(s, name, resp); err != nil {
+		return false, err
 	}
-	if attached != nil {
-		attached()
-	}
+	once()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return fmt.Errorf("reading the requests of %s: %w", s.Project, err)
+			return true, fmt.Errorf("reading the requests of %s: %w", s.Project, err)
 		}
 		fn(ev)
 	}
-	if ctx.Err() != nil {
-		return nil
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return true, fmt.Errorf("watching the requests of %s: %w", s.Project, err)
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("watching the requests of %s: %w", s.Project, err)
-	}
-	return fmt.Errorf("watching the requests of %s: the gateway went away", s.Project)
+	return true, fmt.Errorf("watching the requests of %s: %s went away", s.Project, serverOf(name))
 }
 
-// Decide answers the pending request id; ErrGone when it is no longer
-// pending.
+// Decide answers the pending request id, at whichever socket has it;
+// ErrGone when none does.
 func (s Sandbox) Decide(ctx context.Context, id string, d Decision) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(d)
-	resp, err := s.do(ctx, http.MethodPost, "/v1/requests/"+id, bytes.NewReader(b))
-	if err != nil {
+	for _, name := range s.sockets() {
+		resp, err := s.do(ctx, name, http.MethodPost, "/v1/requests/"+id, bytes.NewReader(b))
+		if err != nil {
+			continue // a server that is gone has nothing pending
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			resp.Body.Close()
+			continue
+		}
+		err = statusError(s, name, resp)
+		resp.Body.Close()
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("request %s: %w", id, ErrGone)
-	}
-	return statusError(s, resp)
+	return fmt.Errorf("request %s: %w", id, ErrGone)
 }
 
-func statusError(s Sandbox, resp *http.Response) error {
+func statusError(s Sandbox, name string, resp *http.Response) error {
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	return fmt.Errorf("the gateway of %s: %s: %s", s.Project, resp.Status, strings.TrimSpace(string(msg)))
+	return fmt.Errorf("%s of %s: %s: %s", serverOf(name), s.Project, resp.Status, strings.TrimSpace(string(msg)))
 }
 
 // Make creates the ask directory of project under base (mode 0700, the

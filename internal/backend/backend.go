@@ -99,6 +99,10 @@ type Runtime interface {
 	// service, as `docker compose exec` does, and returns its exit code (an
 	// exit code above zero is not an error).
 	Exec(ctx context.Context, project string, o ExecSpec) (code int, err error)
+	// UpdateResources changes, live, the limits of the running container
+	// of the project's service (the agent's): the fields of r above zero;
+	// the others stay as they are.
+	UpdateResources(ctx context.Context, project, service string, r Resources) error
 	// Kill kills the project's running containers at once.
 	Kill(ctx context.Context, project string) error
 	// StopUnstarted stops a sandbox whose command has not started yet:
@@ -117,6 +121,14 @@ type Runtime interface {
 	Remove(ctx context.Context, project string, launcher int) error
 	// List returns the sandboxes the engine holds, oldest first.
 	List(ctx context.Context) ([]Sandbox, error)
+}
+
+// Resources are a container's limits: CPUs (cores), Memory (bytes), PIDs
+// (processes); zero is none given.
+type Resources struct {
+	CPUs   float64
+	Memory int64
+	PIDs   int64
 }
 
 // Facts are what an engine is, and how it differs from Docker's defaults:

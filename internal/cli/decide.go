@@ -35,6 +35,9 @@ later run of this workspace, saved in your grants (outside the workspace).`,
 			if err != nil {
 				return err
 			}
+			if scope == ask.ScopeAlways && !ask.Grantable(req) {
+				return withHint(ask.ErrNotGrantable, "decide it --for once (the default)")
+			}
 			if scope == ask.ScopeAlways {
 				dirs, err := hostinfo.UserDirs()
 				if err != nil {
@@ -96,7 +99,7 @@ func findRequest(cmd *cobra.Command, f askFlags, id string) (ask.Sandbox, ask.Re
 	switch {
 	case len(sbs) == 0:
 		return ask.Sandbox{}, ask.Request{}, withHint(errors.New("no running sandbox of this directory asks"),
-			"requests come from sandboxes with network.unlisted: ask; --all serves every sandbox of yours")
+			"requests come from sandboxes with network.unlisted: ask or agent_requests; --all serves every sandbox of yours")
 	case len(found) == 0:
 		return ask.Sandbox{}, ask.Request{}, withHint(fmt.Errorf("request %s: %w", id, ask.ErrGone), "propio-sandbox requests lists the pending ones")
 	case len(found) > 1:

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"strconv"
 	"text/tabwriter"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
@@ -113,10 +111,7 @@ func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 		if en.Error != "" {
 			why += " (" + en.Error + ")"
 		}
-		dest := en.Host
-		if en.Port != 0 { // a DNS query has a name and no port
-			dest = net.JoinHostPort(en.Host, strconv.Itoa(int(en.Port)))
-		}
+		dest := en.Destination() // host:port, a name (a DNS query), or an agent's request
 		by := en.ByWho()
 		if en.Scope != "" {
 			by += "/" + en.Scope // user/once, user/run, user/always

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -40,10 +38,12 @@ func newRequests(a *app) *cobra.Command {
 	var asJSON, watch bool
 	cmd := &cobra.Command{
 		Use:   "requests [--json] [--watch] [--all]",
-		Short: "List the pending permission requests of this directory's sandboxes (network.unlisted: ask)",
+		Short: "List the pending permission requests of this directory's sandboxes (network.unlisted: ask, agent_requests)",
 		Long: `List what the sandboxes of this directory wait for you to decide: connections that
 no rule of a profile with network.unlisted: ask matches, held by the gateway until
-you answer with allow ID or deny ID, or until network.ask_timeout.
+you answer with allow ID or deny ID, or until network.ask_timeout; and what the
+agent asks for from inside (agent_requests: a port, resources, a host path), with
+its reason.
 
 --watch attaches as an approver and prints each request and each decision as it
 happens until interrupted: while no approver is attached, a sandbox's requests
@@ -92,13 +92,9 @@ func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) err
 	return tw.Flush()
 }
 
-// destination is host:port, or the name alone for a lookup.
-func destination(r ask.Request) string {
-	if r.Port == 0 {
-		return r.Host
-	}
-	return net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
-}
+// destination is host:port (the name alone for a lookup), or what an
+// agent's request asks for.
+func destination(r ask.Request) string { return r.What() }
 
 // watchRequests attaches to every sandbox f serves, as they start, and
 // prints their events until ctx ends.
@@ -152,7 +148,7 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 func eventLine(ev ask.Event) string {
 	r := ev.Request
 	if ev.Type == ask.EventDecided && ev.Decision != nil {
-		return fmt.Sprintf("decided %s %s %s: %s %s, by %s", r.Project, r.ID, destination(r), ev.Decision.Action, ev.Decision.Scope, ev.DecidedBy)
+		return fmt.Sprintf("decided %s %s %s %s: %s %s, by %s", r.Project, r.ID, r.Kind, destination(r), ev.Decision.Action, ev.Decision.Scope, ev.DecidedBy)
 	}
-	return fmt.Sprintf("pending %s %s %s via %s: %s (propio-sandbox allow %s, or deny %s)", r.Project, r.ID, destination(r), r.Via, r.Reason, r.ID, r.ID)
+	return fmt.Sprintf("pending %s %s %s %s via %s: %s (propio-sandbox allow %s, or deny %s)", r.Project, r.ID, r.Kind, destination(r), r.Via, r.Reason, r.ID, r.ID)
 }

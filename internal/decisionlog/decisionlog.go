@@ -16,9 +16,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +79,25 @@ type Entry struct {
 	DecidedBy string `json:"decided_by,omitempty"`
 	// Scope is how far a user's decision reaches: once, run or always.
 	Scope string `json:"scope,omitempty"`
+	// Kind is what was asked, for a request the agent made from inside
+	// (Via "agent", written by the launcher): port, resources or mount;
+	// empty for the gateway's (network). Asked says what was asked for:
+	// "memory 4.0GiB, pids 500", "port 3000", a host path.
+	Kind  string `json:"kind,omitempty"`
+	Asked string `json:"asked,omitempty"`
+}
+
+// Destination is what e was about, as `logs` shows it: host:port (a name
+// alone for a DNS query), or, for an agent's request, its kind and what it
+// asked for.
+func (e Entry) Destination() string {
+	switch {
+	case e.Kind != "":
+		return e.Kind + " " + e.Asked
+	case e.Port != 0:
+		return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))
+	}
+	return e.Host
 }
 
 // ByWho is who decided e: DecidedBy, or rule for an entry without one (the

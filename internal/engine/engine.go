@@ -151,16 +151,7 @@ func (e *Engine) identify(ctx context.Context) error {
 
 // podmanRootless asks Podman's own info endpoint whether it runs rootless.
 func podmanRootless(ctx context.Context, host string) (bool, error) {
-	hc := &http.Client{Timeout: 10 * time.Second}
-	base := "http://d"
-	if sock, ok := strings.CutPrefix(host, "unix://"); ok {
-		hc.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}
-	} else {
-		base = "http://" + strings.TrimPrefix(strings.TrimPrefix(host, "tcp://"), "http://")
-	}
+	hc, base := podmanAPI(host)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v4.0.0/libpod/info", nil)
 	if err != nil {
 		return false, err
@@ -181,6 +172,22 @@ func podmanRootless(ctx context.Context, host string) (bool, error) {
 		return false, fmt.Errorf("reading Podman's info: %w", err)
 	}
 	return info.Host.Security.Rootless, nil
+}
+
+// podmanAPI is a client of Podman's own API (libpod) at host, and the
+// address its paths go after.
+func podmanAPI(host string) (*http.Client, string) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	base := "http://d"
+	if sock, ok := strings.CutPrefix(host, "unix://"); ok {
+		hc.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+	} else {
+		base = "http://" + strings.TrimPrefix(strings.TrimPrefix(host, "tcp://"), "http://")
+	}
+	return hc, base
 }
 
 // Close releases the connection.

@@ -164,6 +164,11 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 			return generator.Host{}, nil, err
 		}
 	}
+	if len(p.AgentRequests) > 0 {
+		if h.AgentDir, err = ask.AgentBaseDir(); err != nil {
+			return generator.Host{}, nil, err
+		}
+	}
 	var warnings []string
 	h.Matches, warnings, err = Match(workspace, p)
 	if err != nil {

@@ -363,6 +363,7 @@ func (p *Profile) Check() error {
 	// Grants that undo the sandbox, as far as they can be told without the
 	// host (mount sources are judged by Grants).
 	errs = append(errs, p.checkUnsafe(nil)...)
+	p.checkAgentRequests(add)
 	p.checkEgress(add)
 	p.checkChangeset(add)
 	seen := map[string]bool{}
@@ -505,3 +506,27 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// RequestKinds are the kinds of request that agent_requests may name: the
+// agent may ask to publish a port, to raise its resources, or to read a
+// host path.
+var RequestKinds = []string{"port", "resources", "mount"}
+
+// checkAgentRequests reports an agent_requests item that names no kind, or
+// one named twice.
+func (p *Profile) checkAgentRequests(add func(msg, hint string, path ...string)) {
+	seen := map[string]bool{}
+	for i, k := range p.AgentRequests {
+		idx := strconv.Itoa(i)
+		switch {
+		case !slices.Contains(RequestKinds, k):
+			add(fmt.Sprintf("%q is not a kind of request", k), "write port, resources or mount", "agent_requests", idx)
+		case seen[k]:
+			add(fmt.Sprintf("%q is named twice", k), "", "agent_requests", idx)
+		}
+		seen[k] = true
+	}
+}
+
+// AgentAsks reports whether the agent may ask for kind from inside.
+func (p *Profile) AgentAsks(kind string) bool { return slices.Contains(p.AgentRequests, kind) }

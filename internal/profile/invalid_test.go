@@ -326,6 +326,14 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "image: a\nenv:\n  pass: [AWS_*]\n  required: [AWS_REGION, TOKEN]\n",
 			want: []string{"4:26: env.required[1]: TOKEN is required but not passed, so the sandbox would never see it"},
 		},
+		"agent_requests of no kind": {
+			yaml: "image: a\nagent_requests: [resources, ports]\n",
+			want: []string{`2:29: agent_requests[1]: "ports" is not one of: port, resources, mount`},
+		},
+		"agent_requests twice": {
+			yaml: "image: a\nagent_requests: [resources, resources]\n",
+			want: []string{`2:29: agent_requests[1]: "resources" is named twice`},
+		},
 		"cpus below minimum": {
 			yaml: "image: a\nresources: {cpus: 0.25}\n",
 			want: []string{"2:19: resources.cpus: 0.25 is below the minimum of 0.5"},

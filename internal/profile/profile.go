@@ -44,8 +44,12 @@ type Profile struct {
 	// Unsafe names the grants of this profile that undo the sandbox (see
 	// grants.go), which are refused unless named here, in a user profile.
 	Unsafe []string `yaml:"unsafe,omitempty"`
-	Meta   Meta     `yaml:"-"`
-	src    *resolved
+	// AgentRequests are the kinds of request the agent may make from
+	// inside, through /run/propio-sandbox/request.sock (RequestKinds);
+	// none (the default, and every built-in's) mounts no such socket.
+	AgentRequests []string `yaml:"agent_requests,omitempty"`
+	Meta          Meta     `yaml:"-"`
+	src           *resolved
 	// granted are the unsafe grants Load judged on the host and allowed.
 	granted []Grant
 }

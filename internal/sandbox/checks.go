@@ -75,10 +75,12 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	o.Timeout = timeout
 	var project *types.Project
 	var err error
+	// A check is no agent: it has no directory to make requests in.
+	adjust := func(h *generator.Host) { s.adjustAll(h); h.AgentDir = "" }
 	if s.Profile.Network.Mode == "allowlist" {
-		project, err = s.prepareGateway(ctx, o, s.adjustAll)
+		project, err = s.prepareGateway(ctx, o, adjust)
 	} else {
-		project, err = s.plan.Generate(o, s.adjustAll)
+		project, err = s.plan.Generate(o, adjust)
 	}
 	if err != nil {
 		return preflight.Result{Name: c.Name, Reason: err.Error(), Hints: hints}

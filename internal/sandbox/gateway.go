@@ -104,10 +104,13 @@ func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust
 }
 
 // dropAskDir removes the ask directory of project, once its gateway is
-// gone: frontends stop seeing the sandbox.
+// gone (frontends stop seeing the sandbox), and the agent's directory.
 func dropAskDir(project string) {
 	if base, err := ask.BaseDir(); err == nil {
 		_ = os.RemoveAll(generator.AskDir(base, project))
+	}
+	if base, err := ask.AgentBaseDir(); err == nil {
+		_ = os.RemoveAll(generator.AgentDir(base, project))
 	}
 }
 

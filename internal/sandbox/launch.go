@@ -304,6 +304,13 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if err != nil {
 			return 0, err
 		}
+		stopRequests, err := s.serveAgentRequests(ctx, s.opts.Project)
+		if err != nil {
+			if allowlist {
+				dropAskDir(s.opts.Project)
+			}
+			return 0, err
+		}
 		code, err = Run(ctx, s.rt, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
@@ -315,6 +322,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 				check.begin() // while the engine removes the containers
 			},
 		})
+		stopRequests()
 		if allowlist {
 			dropAskDir(s.opts.Project)
 		}

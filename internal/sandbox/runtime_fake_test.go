@@ -50,6 +50,7 @@ type fakeRuntime struct {
 	stopAsked chan struct{} // closed by the first StopUnstarted
 	runs      []*types.Project
 	removeCtx []context.Context
+	updates   []backend.Resources // UpdateResources' calls
 }
 
 var _ backend.Runtime = (*fakeRuntime)(nil)
@@ -174,6 +175,13 @@ func (f *fakeRuntime) OverlayCapable(ctx context.Context) (backend.Overlay, erro
 
 func (f *fakeRuntime) ReleaseChangeset(ctx context.Context, id string) error {
 	return f.step(ctx, "ReleaseChangeset", id)
+}
+
+func (f *fakeRuntime) UpdateResources(ctx context.Context, project, service string, r backend.Resources) error {
+	f.mu.Lock()
+	f.updates = append(f.updates, r)
+	f.mu.Unlock()
+	return f.step(ctx, "UpdateResources", project, service)
 }
 
 func (f *fakeRuntime) Exec(ctx context.Context, project string, o backend.ExecSpec) (int, error) {

@@ -22,6 +22,23 @@ function dest(host, port) {
   return (host.includes(":") ? "[" + host + "]" : host) + ":" + port;
 }
 
+// what says what a request asks for: host:port, or an agent's port,
+// resources or host path (as the CLI's requests says it).
+function what(r) {
+  switch (r.kind) {
+    case "port": return "port " + r.port;
+    case "resources": {
+      const x = r.resources || {}, parts = [];
+      if (x.cpus) parts.push("cpus " + x.cpus);
+      if (x.memory) parts.push("memory " + (x.memory / 1073741824).toFixed(1) + "GiB");
+      if (x.pids) parts.push("pids " + x.pids);
+      return "resources " + parts.join(", ");
+    }
+    case "mount": return "mount " + ((r.mount || {}).source || "") + ((r.mount || {}).write ? ", write" : "");
+  }
+  return dest(r.host, r.port);
+}
+
 function clock(t) {
   const d = new Date(t);
   return isNaN(d) || d.getFullYear() < 2000 ? "" : d.toLocaleTimeString();
@@ -66,12 +83,12 @@ function renderPending(s) {
     const r = it.request;
     const li = el("li", { class: "request", "data-id": r.id, "data-sandbox": r.project });
     li.append(
-      el("div", { class: "dest mono" }, dest(r.host, r.port)),
+      el("div", { class: "dest mono" }, what(r)),
       el("div", { class: "meta" }, `${r.kind} via ${r.via} · sandbox ${r.project} · ${r.reason} · asked at ${clock(r.created)}`),
     );
     const buttons = el("div", { class: "buttons" });
     for (const [action, scope, label] of choices) {
-      if (scope === "always" && !s.always) continue;
+      if (scope === "always" && (!s.always || (r.kind && r.kind !== "network"))) continue; // an agent's request is decided for itself
       const b = el("button", { class: action + (scope === "run" && action === "allow" ? " primary" : ""), "data-action": action, "data-scope": scope, type: "button" }, label);
       b.addEventListener("click", () => decide(r, action, scope, li));
       buttons.append(b);
@@ -93,7 +110,7 @@ function renderDecided(s) {
       el("td", { class: d.action || "" }, d.action || ""),
       el("td", {}, d.scope || ""),
       el("td", {}, it.decided_by || ""),
-      el("td", { class: "mono" }, dest(r.host, r.port)),
+      el("td", { class: "mono" }, what(r)),
       el("td", {}, r.via),
       el("td", {}, r.project)));
   }
@@ -133,7 +150,7 @@ async function refreshLogs() {
         el("td", {}, e.decided_by || "rule"), // as logs says it: entries without one were decided by the rules
         el("td", {}, e.scope || ""),
         el("td", {}, e.via),
-        el("td", { class: "mono" }, dest(e.host, e.port)),
+        el("td", { class: "mono" }, e.kind ? e.kind + " " + (e.asked || "") : dest(e.host, e.port)),
         el("td", {}, e.reason + (e.error ? " (" + e.error + ")" : ""))));
     }
     table.append(body);
