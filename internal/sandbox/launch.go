@@ -14,6 +14,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -304,6 +305,8 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if err != nil {
 			return 0, err
 		}
+		ports := s.newPorts(project)
+		stopHook := serveTestRequests(map[string]func(context.Context, ask.Request) (map[string]any, error){"port": ports.Handle})
 		code, err = Run(ctx, s.rt, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
@@ -315,6 +318,10 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 				check.begin() // while the engine removes the containers
 			},
 		})
+		stopHook()
+		if perr := ports.Close(); perr != nil {
+			s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
+		}
 		if allowlist {
 			dropAskDir(s.opts.Project)
 		}
