@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/docker/compose/v5/pkg/api"
 	"github.com/moby/moby/api/types/container"
@@ -22,21 +23,13 @@ const (
 // no capability, no new privileges, a read-only root, r.Dir its only mount.
 func (e *Engine) StartRelay(ctx context.Context, r backend.Relay) (string, error) {
 	c := e.cli.Client()
-	list, err := c.ContainerList(ctx, client.ContainerListOptions{
-		Filters: make(client.Filters).
-			Add("label", LabelProject+"="+r.Project).
-			Add("label", api.ServiceLabel+"="+r.Service).
-			Add("status", "running"),
-	})
+	agent, err := e.runningContainer(ctx, r.Project, r.Service)
 	if err != nil {
-		return "", fmt.Errorf("finding the sandbox's container: %w", err)
-	}
-	if len(list.Items) == 0 {
-		return "", fmt.Errorf("sandbox %s has no running %s container", r.Project, r.Service)
+		return "", err
 	}
 	pids := int64(relayPIDs)
 	host := &container.HostConfig{
-		NetworkMode:    container.NetworkMode("container:" + list.Items[0].ID),
+		NetworkMode:    container.NetworkMode("container:" + agent),
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: true,
@@ -73,4 +66,41 @@ func (e *Engine) RemoveContainer(ctx context.Context, id string) error {
 		return fmt.Errorf("removing container %s: %w", id[:min(12, len(id))], err)
 	}
 	return nil
+}
+
+// runningContainer is the id of the project's running container of
+// service. The engine may say one that has just started is running a
+// moment after its process does: a created one is waited for, a bounded
+// time.
+func (e *Engine) runningContainer(ctx context.Context, project, service string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
+			All: true,
+			Filters: make(client.Filters).
+				Add("label", LabelProject+"="+project).
+				Add("label", api.ServiceLabel+"="+service),
+		})
+		if err != nil {
+			return "", fmt.Errorf("finding the sandbox's container: %w", err)
+		}
+		starting := false
+		for _, c := range list.Items {
+			switch c.State {
+			case container.StateRunning:
+				return c.ID, nil
+			case container.StateCreated, container.StateRestarting:
+				starting = true
+			}
+		}
+		if !starting {
+			return "", fmt.Errorf("sandbox %s has no running %s container", project, service)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("sandbox %s has no running %s container: %w", project, service, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
