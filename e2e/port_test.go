@@ -1,7 +1,7 @@
 package e2e
 
-// The port request: a server inside a sandbox with no network, or with an
-// allowlist, is reached from the host through the port the launcher
+// The port request: a server inside a sandbox with no network, with an
+// allowlist, or open, is reached from the host through the port the launcher
 // publishes on 127.0.0.1 once asked; when the sandbox ends, the port is
 // closed and nothing of it remains.
 //
@@ -28,6 +28,7 @@ func TestPort(t *testing.T) {
 	for _, tc := range []struct{ name, network string }{
 		{"none", "network: {mode: none}\n"},
 		{"allowlist", "network:\n  mode: allowlist\n  allow: [allowed.test]\n"},
+		{"open", "network: {mode: open}\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSandbox(t)
