@@ -40,8 +40,9 @@ const (
 const maxSocketPath = 100
 
 // Ports publishes ports of one running sandbox at the agent's request. Its
-// Handle is the handler of requests of kind "port"; Close, when the sandbox
-// ends, closes the listeners and removes the relays.
+// Handle is the handler of requests of kind "port", and Check their check
+// before anyone is asked; Close, when the sandbox ends, closes the
+// listeners and removes the relays.
 type Ports struct {
 	rt      backend.Runtime
 	project string
@@ -103,14 +104,31 @@ func (p *Ports) Handle(ctx context.Context, req ask.Request) (map[string]any, er
 	return map[string]any{"url": pub.url, "host_port": pub.host}, nil
 }
 
+// Check refuses, before anyone is asked, a request whose port cannot be
+// published: not a port, or published already.
+func (p *Ports) Check(req ask.Request) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refusal(req.Port)
+}
+
 // reserve checks that port can be published, and marks it as being
 // published.
 func (p *Ports) reserve(port int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.refusal(port); err != nil {
+		return err
+	}
+	p.open[port] = nil
+	return nil
+}
+
+// refusal says why port cannot be published, or nil; p.mu is held.
+func (p *Ports) refusal(port int) error {
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("port %d is not a port: want 1 to 65535", port)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	switch pub, ok := p.open[port]; {
 	case p.closed:
 		return errors.New("the sandbox has ended")
@@ -121,7 +139,6 @@ func (p *Ports) reserve(port int) error {
 	case ok:
 		return fmt.Errorf("port %d is published already, at %s", port, pub.url)
 	}
-	p.open[port] = nil
 	return nil
 }
 

@@ -100,6 +100,9 @@ func TestPortPublish(t *testing.T) {
 	p, f := fakePorts(t)
 	port := server(t)
 	ctx := context.Background()
+	if err := p.Check(ask.Request{Kind: "port", Port: port}); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
 	res, err := p.Handle(ctx, ask.Request{Kind: "port", Port: port, Reason: "preview"})
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +138,9 @@ func TestPortPublish(t *testing.T) {
 		{0, "not a port"},
 		{65536, "not a port"},
 	} {
+		if err := p.Check(ask.Request{Kind: "port", Port: tc.port}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Check port %d: error %v, want %q", tc.port, err, tc.want)
+		}
 		if _, err := p.Handle(ctx, ask.Request{Kind: "port", Port: tc.port}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("port %d: error %v, want %q", tc.port, err, tc.want)
 		}
