@@ -63,6 +63,10 @@ func TestLayering(t *testing.T) {
 		// broker) is shared by the CLI's frontends and the gateway: it
 		// depends on nothing of ours, so both may import it.
 		module + "/internal/ask": {module + "/"},
+		// The port relay (the relay container's side and the launcher's)
+		// moves bytes: nothing of ours, so the relay's subcommand and the
+		// launch may both import it.
+		module + "/internal/portrelay": {module + "/"},
 		// The gateway decides and relays; the kernel forwards behind its
 		// Kernel interface (natfwd is gatewayd's), and it never sees a
 		// profile, a project or an engine.

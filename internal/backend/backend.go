@@ -103,6 +103,14 @@ type Runtime interface {
 	// of the project's service (the agent's): the fields of r above zero;
 	// the others stay as they are.
 	UpdateResources(ctx context.Context, project, service string, r Resources) error
+	// StartRelay creates and starts a container of r that shares the
+	// network namespace of the project's running container of r.Service
+	// (the sandbox's one-off), and returns its id. It carries r.Labels
+	// (the sandbox's), so that Remove removes it with the sandbox.
+	StartRelay(ctx context.Context, r Relay) (id string, err error)
+	// RemoveContainer removes the container id, running or not; one that is
+	// gone already is no error.
+	RemoveContainer(ctx context.Context, id string) error
 	// Kill kills the project's running containers at once.
 	Kill(ctx context.Context, project string) error
 	// StopUnstarted stops a sandbox whose command has not started yet:
@@ -231,6 +239,28 @@ type ExecSpec struct {
 	TTY, Interactive bool
 	// Streams, where set, take the place of the launcher's.
 	Streams Streams
+}
+
+// Relay is a container that joins a running sandbox's network namespace
+// to relay connections into it (a port the agent asked to publish): no
+// network of its own, no capability, a read-only root, one directory of
+// the host bind-mounted.
+type Relay struct {
+	// Project and Service name the running container whose network
+	// namespace it joins.
+	Project, Service string
+	// Image is the image it runs (the gateway's: this binary), with
+	// Command as its arguments.
+	Image   string
+	Command []string
+	// Dir is the host directory mounted at Target (read-write), where it
+	// serves its socket.
+	Dir, Target string
+	// User is the user:group it runs as; KeepID maps the host's user to
+	// itself in a rootless engine's user namespace (Podman's keep-id).
+	User   string
+	KeepID bool
+	Labels map[string]string
 }
 
 // Overlay says whether an engine can mount an overlay of a directory of

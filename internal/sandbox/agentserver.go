@@ -208,7 +208,7 @@ func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
 // called: it makes the agent's directory (and the ask directory, when the
 // gateway does not ask: prepareGateway made it then), starts the decision
 // log when there is no gateway to, and serves both sockets.
-func (s *launch) serveAgentRequests(ctx context.Context, project string) (stop func(), err error) {
+func (s *launch) serveAgentRequests(ctx context.Context, project string, ports *Ports) (stop func(), err error) {
 	if len(s.Profile.AgentRequests) == 0 {
 		return func() {}, nil
 	}
@@ -244,7 +244,7 @@ func (s *launch) serveAgentRequests(ctx context.Context, project string) (stop f
 	}
 	srv := &AgentServer{
 		Kinds:    s.Profile.AgentRequests,
-		Handlers: s.requestHandlers(project),
+		Handlers: s.requestHandlers(project, ports),
 		Broker:   &ask.Broker{Project: project, Workspace: s.Env.Workspace, Timeout: time.Duration(s.Profile.Network.AskTimeoutOrDefault()), Prefix: "a"},
 		Log:      log,
 		AgentDir: agentDir,
@@ -264,7 +264,7 @@ func (s *launch) serveAgentRequests(ctx context.Context, project string) (stop f
 
 // requestHandlers are the handlers of the agent's requests of the sandbox
 // project, by kind.
-func (s *launch) requestHandlers(project string) *Handlers {
+func (s *launch) requestHandlers(project string, ports *Ports) *Handlers {
 	hs := &Handlers{}
 	host := hostinfo.Limits()
 	r := s.Profile.Resources
@@ -276,5 +276,7 @@ func (s *launch) requestHandlers(project string) *Handlers {
 		})
 	hs.Register(ask.KindResources, z.Handle)
 	hs.Check(ask.KindResources, z.Check)
+	hs.Register(ask.KindPort, ports.Handle)
+	hs.Check(ask.KindPort, ports.Check)
 	return hs
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -304,13 +305,16 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if err != nil {
 			return 0, err
 		}
-		stopRequests, err := s.serveAgentRequests(ctx, s.opts.Project)
+		ports := s.newPorts(project)
+		stopRequests, err := s.serveAgentRequests(ctx, s.opts.Project, ports)
 		if err != nil {
+			ports.Close()
 			if allowlist {
 				dropAskDir(s.opts.Project)
 			}
 			return 0, err
 		}
+		stopHook := serveTestRequests(map[string]func(context.Context, ask.Request) (map[string]any, error){"port": ports.Handle})
 		code, err = Run(ctx, s.rt, project, RunOptions{
 			TTY:         s.TTY,
 			Interactive: true,
@@ -322,7 +326,11 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 				check.begin() // while the engine removes the containers
 			},
 		})
+		stopHook()
 		stopRequests()
+		if perr := ports.Close(); perr != nil {
+			s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
+		}
 		if allowlist {
 			dropAskDir(s.opts.Project)
 		}

@@ -51,6 +51,10 @@ type fakeRuntime struct {
 	runs      []*types.Project
 	removeCtx []context.Context
 	updates   []backend.Resources // UpdateResources' calls
+	// relays are the relay containers started and not removed, by id;
+	// relay, when set, is what one does once started.
+	relays map[string]backend.Relay
+	relay  func(id string, r backend.Relay)
 }
 
 var _ backend.Runtime = (*fakeRuntime)(nil)
@@ -292,6 +296,31 @@ func (f *fakeRuntime) Remove(ctx context.Context, project string, launcher int) 
 		f.mu.Unlock()
 	}
 	return err
+}
+
+func (f *fakeRuntime) StartRelay(ctx context.Context, r backend.Relay) (string, error) {
+	if err := f.step(ctx, "StartRelay", r.Project, r.Command); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	if f.relays == nil {
+		f.relays = map[string]backend.Relay{}
+	}
+	id := fmt.Sprintf("relay%d", len(f.calls))
+	f.relays[id] = r
+	do := f.relay
+	f.mu.Unlock()
+	if do != nil {
+		do(id, r)
+	}
+	return id, nil
+}
+
+func (f *fakeRuntime) RemoveContainer(ctx context.Context, id string) error {
+	f.mu.Lock()
+	delete(f.relays, id)
+	f.mu.Unlock()
+	return f.step(ctx, "RemoveContainer", id)
 }
 
 func (f *fakeRuntime) List(ctx context.Context) ([]backend.Sandbox, error) {

@@ -151,7 +151,9 @@ func buildLauncher() error {
 		return err
 	}
 	launcher = filepath.Join(dir, "propio-sandbox")
-	build := exec.Command("go", "build", "-o", launcher, "./cmd/propio-sandbox")
+	// With the tests' hooks (tag e2ehooks: a launch serves its request
+	// handlers on a socket a test names), which a release build has not.
+	build := exec.Command("go", "build", "-tags", "e2ehooks", "-o", launcher, "./cmd/propio-sandbox")
 	build.Dir = RepoRoot()
 	// Static, as bin/propio-sandbox builds it: the allowlist gateway's image
 	// is made of this binary.
