@@ -24,21 +24,49 @@ import (
 	"time"
 )
 
-// Request is one pending question: may the sandbox reach Host:Port?
+// Request is one pending question: may the sandbox reach Host:Port (Kind
+// network, the gateway's), or may the agent have what it asks for from
+// inside (Kind port, resources or mount, the launcher's)?
 type Request struct {
-	ID        string    `json:"id"`   // unique per gateway, short
-	Kind      string    `json:"kind"` // "network"
-	Host      string    `json:"host"` // name (or address) asked for
-	Port      int       `json:"port"` // 0 for a DNS lookup: the name on 80 and 443
-	Via       string    `json:"via"`  // http, connect, socks5, dns, sni, host
-	Project   string    `json:"project"`
-	Workspace string    `json:"workspace"`
-	Reason    string    `json:"reason"` // why it asks: "no network.allow rule matches"
-	Created   time.Time `json:"created"`
+	ID   string `json:"id"`   // unique per sandbox, short
+	Kind string `json:"kind"` // network | port | resources | mount
+	Host string `json:"host"` // name (or address) asked for
+	// Port is the port asked for: of Host (0 for a DNS lookup: the name on
+	// 80 and 443), or, for a port request, the sandbox's port to publish.
+	Port      int           `json:"port"`
+	Via       string        `json:"via"` // http, connect, socks5, dns, sni, host; "agent" for the agent's
+	Project   string        `json:"project"`
+	Workspace string        `json:"workspace"`
+	Reason    string        `json:"reason"`              // why it asks: "no network.allow rule matches", or the agent's words
+	Resources *ResourcesAsk `json:"resources,omitempty"` // a resources request's
+	Mount     *MountAsk     `json:"mount,omitempty"`     // a mount request's
+	Created   time.Time     `json:"created"`
 }
 
-// KindNetwork is the Kind of a request to reach a host.
-const KindNetwork = "network"
+// ResourcesAsk is what a resources request asks for: the new limits of the
+// agent's container; a zero field is left as it is.
+type ResourcesAsk struct {
+	CPUs   float64 `json:"cpus,omitempty"`
+	Memory int64   `json:"memory,omitempty"` // bytes
+	PIDs   int64   `json:"pids,omitempty"`
+}
+
+// MountAsk is what a mount request asks for: the host path Source to appear
+// at Target inside, read-only unless Write.
+type MountAsk struct {
+	Source string `json:"source"`
+	Target string `json:"target,omitempty"`
+	Write  bool   `json:"write,omitempty"`
+}
+
+// The kinds of request: the gateway asks KindNetwork; the agent asks the
+// others through the launcher.
+const (
+	KindNetwork   = "network"
+	KindPort      = "port"
+	KindResources = "resources"
+	KindMount     = "mount"
+)
 
 // Decision is an answer to a Request.
 type Decision struct {
