@@ -135,6 +135,11 @@ type Options struct {
 	GatewayImage   string       // the gateway's image (DefaultGatewayImage when empty)
 	Subnet         netip.Prefix // the sandbox network (PickSubnet of the project when zero)
 	OutsideNetwork string       // an existing network for the gateway's way out (one of the project's own when empty)
+
+	// Mounts gives the sandbox the volume at MountsTarget, read-only,
+	// which the launcher fills with the host paths of the agent's mount
+	// requests that the user allowed.
+	Mounts bool
 }
 
 // Vars returns the values of the variables a profile may use.
@@ -239,6 +244,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	vols, tmpfs, err := mounts(project, p, h)
 	if err != nil {
 		return nil, err
+	}
+	if o.Mounts {
+		vols = append(vols, mountsVolume(project))
 	}
 	svc.Volumes = vols
 	svc.Tmpfs = h.Engine.tmpfs(tmpfs)

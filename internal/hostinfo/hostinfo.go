@@ -205,6 +205,11 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 	return h, warnings, nil
 }
 
+// EnvTestMounts=1 is for tests only, until agent requests have their
+// switch: it gives a launch's sandbox the volume that mount requests fill
+// (generator.Options.Mounts).
+const EnvTestMounts = "PROPIO_SANDBOX_TEST_MOUNTS"
+
 // EnvTestDisk is for tests only: a cap on what the sandbox writes, below
 // the 1g minimum of resources.disk, so that a test reaches it in a moment.
 // It is read from the launcher's environment (never from a profile) and only

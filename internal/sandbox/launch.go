@@ -128,7 +128,7 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 // the profile that only the host reveals shows before anything starts.
 func (s *launch) prepare(name string) error {
 	p := s.Profile
-	s.opts = generator.Options{Project: name, Command: s.Command}
+	s.opts = generator.Options{Project: name, Command: s.Command, Mounts: os.Getenv(hostinfo.EnvTestMounts) == "1"}
 	if p.Network.Mode == "allowlist" {
 		if err := GatewayOptions(&s.opts, s.Env.Dirs); err != nil {
 			return err
