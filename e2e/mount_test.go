@@ -16,6 +16,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/profile"
 	launch "github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestMountRequest carries out mount requests for a running sandbox, as its
@@ -26,14 +27,21 @@ import (
 // (what was deleted on the host is gone inside); ~/.ssh is refused and
 // never appears; nothing is left once the sandbox ends.
 func TestMountRequest(t *testing.T) {
-	for _, mode := range []string{"none", "open"} {
+	for _, mode := range []string{"none", "open", "allowlist"} {
 		t.Run(mode, func(t *testing.T) {
 			s := newSandbox(t)
+			if mode == "allowlist" && testenv.EnginePodman(t) {
+				t.Skip("allowlist does not run on Podman")
+			}
 			s.Env = append(s.Env, "PROPIO_SANDBOX_TEST_MOUNTS=1")
 			data := filepath.Join(s.Home, "data")
 			writeFiles(t, data, map[string]string{"a.txt": "hello from the host", "sub/b.txt": "below", "old.txt": "deleted later"})
 			writeFiles(t, filepath.Join(s.Home, ".ssh"), map[string]string{"id_ed25519": "PRIVATE KEY"})
-			p := s.Profile("network: {mode: " + mode + "}\n")
+			net := "network: {mode: " + mode + "}\n"
+			if mode == "allowlist" {
+				net = "network: {mode: allowlist, allow: [allowed.test]}\n"
+			}
+			p := s.Profile(net)
 			l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
 			l.waitStdout(t, "ready", time.Minute)
 
@@ -119,7 +127,7 @@ func agentOf(t *testing.T, s *sandbox) (id, project string) {
 // launcher makes it.
 func mountsFor(t *testing.T, s *sandbox, project string) *launch.Mounts {
 	t.Helper()
-	conn, err := launch.Connect(context.Background(), launch.Docker, launch.Streams{})
+	conn, err := launch.Connect(context.Background(), launch.Auto, launch.Streams{})
 	if err != nil {
 		t.Fatal(err)
 	}
