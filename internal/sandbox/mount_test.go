@@ -5,9 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/fsutil"
@@ -146,4 +148,33 @@ type entryRuntime struct {
 func (r *entryRuntime) CopyEntry(ctx context.Context, v backend.Volume, e backend.Entry) (backend.Copied, error) {
 	r.last = e
 	return backend.Copied{Bytes: r.copied, Files: 1}, nil
+}
+
+// A launch's project has its handler when it was generated with the mounts
+// volume, and none otherwise; the copies are bounded by resources.disk.
+func TestLaunchMounts(t *testing.T) {
+	p, env := loadProfile(t, "standard")
+	plan, err := NewPlan(env, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		proj, err := plan.Generate(generator.Options{Project: "p", Mounts: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := LaunchMounts(nil, proj, env, p, "/ask")
+		if ok != on {
+			t.Fatalf("Mounts %v: handler %v", on, ok)
+		}
+		if !on {
+			continue
+		}
+		if m.c.Volume.Name != "p_requests-mounts" || m.c.Volume.Image != p.Image || m.c.Max != int64(p.Resources.Disk) && p.Resources.Disk > 0 {
+			t.Errorf("config %+v", m.c)
+		}
+		if !slices.Contains(m.c.Own, "/ask") || !slices.Contains(m.c.Own, env.Dirs.State) {
+			t.Errorf("own directories %v", m.c.Own)
+		}
+	}
 }
