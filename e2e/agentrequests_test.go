@@ -10,6 +10,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -212,4 +214,89 @@ func agentRequestsResources(t *testing.T, mode string) {
 			t.Errorf("left after the sandbox: %v", left)
 		}
 	}
+}
+
+// TestAgentRequestsPortAndMount: the agent asks, through its socket, for a
+// port and for a host directory, with network none; once allowed, the
+// host reaches the sandbox's server through the published port, and the
+// agent reads the directory's copy. A guarded path (~/.ssh) is refused
+// without asking.
+func TestAgentRequestsPortAndMount(t *testing.T) {
+	requireAgentImage(t)
+	s := newSandbox(t)
+	rt, err := os.MkdirTemp("", "agentreq-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rt) })
+	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	if err := os.WriteFile(filepath.Join(s.Workspace, "hello.txt"), []byte("served from the sandbox"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(s.Home, "data")
+	writeFiles(t, data, map[string]string{"a.txt": "read from the host"})
+	writeFiles(t, filepath.Join(s.Home, ".ssh"), map[string]string{"id_ed25519": "PRIVATE KEY"})
+	r := startRunning(t, s, "image: propio-sandbox/agent:latest\nagent_requests: [port, mount]\nnetwork: {mode: none}\n")
+	if out, err := docker("exec", "-d", r.Agent, "python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/workspace"); err != nil {
+		t.Fatalf("starting a server inside: %v %s", err, out)
+	}
+	ap := startApprover(t, s)
+
+	t.Run("port", func(t *testing.T) {
+		got := inSandbox(r, agentAsk(`{"kind":"port","port":8000,"reason":"preview the app"}`))
+		req := ap.next(ask.EventPending).Request
+		if req.Kind != ask.KindPort || req.Port != 8000 || req.Reason != "preview the app" {
+			t.Fatalf("request = %+v", req)
+		}
+		decide(t, s, "allow", req.ID, "once")
+		a := parseAnswer(t, recv(t, got))
+		url, _ := a.Result["url"].(string)
+		if a.Decision != ask.Allow || a.Error != "" || !strings.HasPrefix(url, "http://127.0.0.1:") {
+			t.Fatalf("answer %+v", a)
+		}
+		// The server may still be starting: a few tries, a second apart.
+		var body string
+		for i := 0; i < 20; i++ {
+			resp, err := http.Get(url + "/hello.txt")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if body = string(b); resp.StatusCode == 200 {
+					break
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if body != "served from the sandbox" {
+			t.Fatalf("GET %s/hello.txt from the host: %q", url, body)
+		}
+	})
+
+	t.Run("mount", func(t *testing.T) {
+		got := inSandbox(r, agentAsk(`{"kind":"mount","mount":{"source":"`+data+`"},"reason":"the fixtures"}`))
+		req := ap.next(ask.EventPending).Request
+		if req.Kind != ask.KindMount || req.Mount == nil || req.Mount.Source != data {
+			t.Fatalf("request = %+v", req)
+		}
+		decide(t, s, "allow", req.ID, "once")
+		a := parseAnswer(t, recv(t, got))
+		path, _ := a.Result["path"].(string)
+		if a.Decision != ask.Allow || a.Error != "" || path != "/run/propio-sandbox/mounts/data" {
+			t.Fatalf("answer %+v", a)
+		}
+		if out := recv(t, inSandbox(r, "cat "+path+"/a.txt")); out != "read from the host" {
+			t.Errorf("reading the copy inside: %q", out)
+		}
+	})
+
+	t.Run("a guarded path is refused without asking", func(t *testing.T) {
+		a := parseAnswer(t, recv(t, inSandbox(r, agentAsk(`{"kind":"mount","mount":{"source":"~/.ssh"},"reason":"keys"}`))))
+		if a.Decision != ask.Deny || a.DecidedBy != ask.ByRule || a.Error == "" {
+			t.Fatalf("answer %+v", a)
+		}
+		ap.nonePending()
+		if out := recv(t, inSandbox(r, "grep -r 'PRIVATE KEY' /run/propio-sandbox 2>/dev/null; echo done")); out != "done" {
+			t.Errorf("the key is readable inside: %q", out)
+		}
+	})
 }

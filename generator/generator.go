@@ -246,7 +246,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	svc.Volumes = vols
 	svc.Tmpfs = h.Engine.tmpfs(tmpfs)
 	credentials(p, h, &svc)
-	agentRequests(p, h, o, &svc)
+	agentRequests(p, h, project, &svc)
 	guardMounts(p, h, &svc)
 
 	labels := types.Labels{

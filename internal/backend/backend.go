@@ -70,6 +70,10 @@ type Runtime interface {
 	// CopyOut replaces the host directory to with the volume's content, all
 	// or nothing.
 	CopyOut(ctx context.Context, v Volume, to string) error
+	// CopyEntry makes a copy of a host path the entry e.Name at the root
+	// of the volume, replacing what was there, while the volume may be
+	// mounted in a running container (an agent's mount request).
+	CopyEntry(ctx context.Context, v Volume, e Entry) (Copied, error)
 	// OverlayCapable tells whether the engine can mount an overlay of a
 	// directory of this host for a sandbox (a changeset's volume), and how;
 	// when it cannot, Overlay says why.
@@ -203,6 +207,32 @@ type VolumeCopy struct {
 	From   string // the host directory copied into the volume before the run
 	To     string // the host directory the volume's final content replaces, after the run
 }
+
+// Entry is a host path copied into a volume by CopyEntry: a regular file,
+// or a directory with the directories, regular files and symbolic links
+// below it (links copied as links, never followed; sockets, devices and
+// fifos left out). Setuid and setgid bits are dropped; owners, modes and
+// modification times are kept.
+type Entry struct {
+	Name string // the entry's name at the volume's root: one path segment
+	From string // the host path, absolute, its links resolved
+	// Skip are paths below From (relative, forward slashes) left out, a
+	// directory with all below it.
+	Skip map[string]bool
+	// Max is what the regular files may come to, in bytes: the copy stops
+	// with an error wrapping ErrEntryTooLarge past it. 0: no limit.
+	Max int64
+}
+
+// Copied is what CopyEntry copied.
+type Copied struct {
+	Bytes int64 // of the regular files
+	Files int64 // regular files and symbolic links
+}
+
+// ErrEntryTooLarge: the entry came to more than its Max while it was
+// copied (it grew since it was measured).
+var ErrEntryTooLarge = errors.New("the copy is larger than its limit")
 
 // Streams are what a command in a sandbox reads and writes instead of the
 // launcher's streams (those the Runtime was connected with): a nil one is

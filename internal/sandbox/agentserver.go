@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compose-spec/compose-go/v2/types"
 	"io"
 	"net"
 	"net/http"
@@ -208,7 +209,8 @@ func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
 // called: it makes the agent's directory (and the ask directory, when the
 // gateway does not ask: prepareGateway made it then), starts the decision
 // log when there is no gateway to, and serves both sockets.
-func (s *launch) serveAgentRequests(ctx context.Context, project string, ports *Ports) (stop func(), err error) {
+func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, ports *Ports) (stop func(), err error) {
+	project := proj.Name
 	if len(s.Profile.AgentRequests) == 0 {
 		return func() {}, nil
 	}
@@ -226,6 +228,11 @@ func (s *launch) serveAgentRequests(ctx context.Context, project string, ports *
 		}
 	}
 	agentDir, err := ask.MakeAgentDir(agentBase, project)
+	if err == nil && slices.Contains(s.Profile.AgentRequests, ask.KindMount) {
+		// The mount point of the mounts volume, in the agent's directory,
+		// which is read-only inside: the engine could not make it there.
+		err = os.Mkdir(filepath.Join(agentDir, filepath.Base(generator.MountsTarget)), 0o755)
+	}
 	if err != nil {
 		dropAskDir(project)
 		return nil, err
@@ -244,7 +251,7 @@ func (s *launch) serveAgentRequests(ctx context.Context, project string, ports *
 	}
 	srv := &AgentServer{
 		Kinds:    s.Profile.AgentRequests,
-		Handlers: s.requestHandlers(project, ports),
+		Handlers: s.requestHandlers(proj, ports, generator.AskDir(askBase, project)),
 		Broker:   &ask.Broker{Project: project, Workspace: s.Env.Workspace, Timeout: time.Duration(s.Profile.Network.AskTimeoutOrDefault()), Prefix: "a"},
 		Log:      log,
 		AgentDir: agentDir,
@@ -264,7 +271,8 @@ func (s *launch) serveAgentRequests(ctx context.Context, project string, ports *
 
 // requestHandlers are the handlers of the agent's requests of the sandbox
 // project, by kind.
-func (s *launch) requestHandlers(project string, ports *Ports) *Handlers {
+func (s *launch) requestHandlers(proj *types.Project, ports *Ports, askDir string) *Handlers {
+	project := proj.Name
 	hs := &Handlers{}
 	host := hostinfo.Limits()
 	r := s.Profile.Resources
@@ -278,5 +286,9 @@ func (s *launch) requestHandlers(project string, ports *Ports) *Handlers {
 	hs.Check(ask.KindResources, z.Check)
 	hs.Register(ask.KindPort, ports.Handle)
 	hs.Check(ask.KindPort, ports.Check)
+	if m, ok := LaunchMounts(s.rt, proj, s.Env, s.Profile, askDir); ok {
+		hs.Register(ask.KindMount, m.Handle)
+		hs.Check(ask.KindMount, m.Check)
+	}
 	return hs
 }

@@ -306,7 +306,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 			return 0, err
 		}
 		ports := s.newPorts(project)
-		stopRequests, err := s.serveAgentRequests(ctx, s.opts.Project, ports)
+		stopRequests, err := s.serveAgentRequests(ctx, project, ports)
 		if err != nil {
 			ports.Close()
 			if allowlist {

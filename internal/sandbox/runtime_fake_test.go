@@ -211,6 +211,10 @@ func (f *fakeRuntime) CopyIn(ctx context.Context, v backend.Volume, from string)
 	return f.step(ctx, "CopyIn", v.Name, from)
 }
 
+func (f *fakeRuntime) CopyEntry(ctx context.Context, v backend.Volume, e backend.Entry) (backend.Copied, error) {
+	return backend.Copied{}, f.step(ctx, "CopyEntry", v.Name, e.Name, e.From)
+}
+
 func (f *fakeRuntime) CopyOut(ctx context.Context, v backend.Volume, to string) error {
 	return f.step(ctx, "CopyOut", v.Name, to)
 }
