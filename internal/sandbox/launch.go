@@ -306,7 +306,8 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 			return 0, err
 		}
 		ports := s.newPorts(project)
-		stopRequests, err := s.serveAgentRequests(ctx, project, ports)
+		var stopRequests func()
+		stopRequests, err = s.serveAgentRequests(ctx, project, ports)
 		if err != nil {
 			ports.Close()
 			if allowlist {

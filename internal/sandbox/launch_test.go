@@ -282,3 +282,29 @@ func TestBuildBeforeDeclaredChecks(t *testing.T) {
 		t.Errorf("builds and runs %q, want %q (the check's run, then the sandbox's); calls %q", steps, want, f.calls)
 	}
 }
+
+// A launch ends as its sandbox's run does: the run's error and exit code
+// are the launch's, with the agent's request server on or off (an error
+// shadowed by the server's start was once lost, and the launcher said
+// nothing of a timeout).
+func TestLaunchKeepsTheRunsError(t *testing.T) {
+	for _, requests := range [][]string{nil, {"resources"}} {
+		p, env := loadProfile(t, "offline")
+		p.AgentRequests = requests
+		t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+		plan, err := NewPlan(env, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newFake(t)
+		f.plan = &backend.DiskPlan{}
+		boom := errors.New("boom")
+		f.run = func(context.Context, backend.RunSpec) (int, error) { return 0, boom }
+		rec := &recorder{}
+		s := &launch{Launch: &Launch{Env: env, Profile: p, Report: rec}, report: rec, plan: plan, rt: f, facts: f.facts, gcDone: make(chan struct{})}
+		s.opts = generator.Options{Project: generator.ProjectName(env.Workspace, "")}
+		if _, err := s.run(context.Background(), engineNames{}); !errors.Is(err, boom) {
+			t.Errorf("agent_requests %v: launch error %v, want the run's", requests, err)
+		}
+	}
+}
