@@ -57,16 +57,24 @@ func (c *apiClient) ContainerCreate(ctx context.Context, opts client.ContainerCr
 	return res, err
 }
 
+// ContainerStart records the project's one-off as started as soon as its
+// start is asked for: from then on the SDK forwards the launcher's signals
+// to it (a kill that finds it not running yet goes to the notRunning hook),
+// and the container may run, and print, before the engine has answered.
 func (c *apiClient) ContainerStart(ctx context.Context, id string, opts client.ContainerStartOptions) (client.ContainerStartResult, error) {
-	res, err := c.APIClient.ContainerStart(ctx, id, opts)
-	if err == nil {
-		c.mu.Lock()
-		if project, ok := c.oneOffs[id]; ok {
-			if c.started == nil {
-				c.started = map[string]bool{}
-			}
-			c.started[project] = true
+	c.mu.Lock()
+	project, oneOff := c.oneOffs[id]
+	if oneOff {
+		if c.started == nil {
+			c.started = map[string]bool{}
 		}
+		c.started[project] = true
+	}
+	c.mu.Unlock()
+	res, err := c.APIClient.ContainerStart(ctx, id, opts)
+	if err != nil && oneOff {
+		c.mu.Lock()
+		delete(c.started, project)
 		c.mu.Unlock()
 	}
 	return res, err
