@@ -18,8 +18,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
