@@ -32,7 +32,8 @@ func agentRequests(p *profile.Profile, h Host, project *types.Project, svc *type
 	}
 	svc.Volumes = append(svc.Volumes, bind(AgentDir(h.AgentDir, project.Name), AgentRequestDir, true))
 	if slices.Contains(p.AgentRequests, MountRequest) {
-		svc.Volumes = append(svc.Volumes, mountsVolume(project))
+		svc.Volumes = append(svc.Volumes, mountsVolume(project, MountsVolumeKey, MountsTarget, true),
+			mountsVolume(project, WritesVolumeKey, WritesTarget, false))
 	}
 }
 
@@ -49,22 +50,32 @@ const MountsVolumeKey = "requests-mounts"
 // MountsTarget.
 func MountsVolume(project string) string { return project + "_" + MountsVolumeKey }
 
-// mountsVolume adds the volume at MountsTarget to project, and returns
-// the agent's read-only mount of it.
-func mountsVolume(project *types.Project) types.ServiceVolumeConfig {
+// WritesTarget is where the agent writes to the copies its mount requests
+// with write access made: a volume of the sandbox's own, read-write inside,
+// which the launcher fills, and copies back into a changeset when the
+// sandbox ends (nothing is written to the host path itself).
+const WritesTarget = "/run/propio-sandbox/mounts-rw"
+
+// WritesVolumeKey is the key, in the project, of the volume at
+// WritesTarget.
+const WritesVolumeKey = "requests-mounts-rw"
+
+// mountsVolume adds the volume key to project, and returns the agent's
+// mount of it at target.
+func mountsVolume(project *types.Project, key, target string, readOnly bool) types.ServiceVolumeConfig {
 	if project.Volumes == nil {
 		project.Volumes = types.Volumes{}
 	}
-	project.Volumes[MountsVolumeKey] = types.VolumeConfig{
-		Name:   MountsVolume(project.Name),
+	project.Volumes[key] = types.VolumeConfig{
+		Name:   project.Name + "_" + key,
 		Driver: "local",
 		Labels: types.Labels{},
 	}
 	return types.ServiceVolumeConfig{
 		Type:     types.VolumeTypeVolume,
-		Source:   MountsVolumeKey,
-		Target:   MountsTarget,
-		ReadOnly: true,
+		Source:   key,
+		Target:   target,
+		ReadOnly: readOnly,
 		Volume:   &types.ServiceVolumeVolume{NoCopy: true},
 	}
 }

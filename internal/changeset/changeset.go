@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -161,30 +162,72 @@ func (s Store) Create(workspace, profile string, mode Mode, mounts []Mount) (*Ch
 		return nil, err
 	}
 	for _, m := range mounts {
-		md := filepath.Join(c.dir, m.Name)
-		dirs := []string{md}
-		if mode == ModeOverlay {
-			dirs = append(dirs, c.UpperDir(m.Name), c.WorkDir(m.Name))
-		} else {
-			dirs = append(dirs, c.TreeDir(m.Name))
-		}
-		for _, d := range dirs {
-			if err := os.Mkdir(d, 0o700); err != nil {
-				return fail(fmt.Errorf("creating changeset %s: %w", c.ID, err))
-			}
-		}
-		man, err := scanManifest(m.Source)
-		if err != nil {
-			return fail(fmt.Errorf("creating changeset %s: recording the base of %s: %w", c.ID, m.Source, err))
-		}
-		if err := writeManifest(filepath.Join(md, baseFile), man); err != nil {
-			return fail(fmt.Errorf("creating changeset %s: %w", c.ID, err))
+		if err := c.makeMount(m); err != nil {
+			return fail(err)
 		}
 	}
 	if err := c.save(); err != nil {
 		return fail(err)
 	}
 	return c, nil
+}
+
+// makeMount makes the directories of mount m and records its base.
+func (c *Changeset) makeMount(m Mount) error {
+	md := filepath.Join(c.dir, m.Name)
+	dirs := []string{md}
+	if c.Mode == ModeOverlay {
+		dirs = append(dirs, c.UpperDir(m.Name), c.WorkDir(m.Name))
+	} else {
+		dirs = append(dirs, c.TreeDir(m.Name))
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("creating changeset %s: %w", c.ID, err)
+		}
+	}
+	man, err := scanManifest(m.Source)
+	if err != nil {
+		return fmt.Errorf("creating changeset %s: recording the base of %s: %w", c.ID, m.Source, err)
+	}
+	if err := writeManifest(filepath.Join(md, baseFile), man); err != nil {
+		return fmt.Errorf("creating changeset %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// AddMount adds mount m to a running changeset, its base recorded now (a
+// host path the sandbox was given to write to while it ran).
+func (c *Changeset) AddMount(m Mount) error {
+	if c.State != StateRunning {
+		return fmt.Errorf("changeset %s is not running", c.ID)
+	}
+	if _, ok := c.Mount(m.Name); ok || m.Name == "" || strings.ContainsAny(m.Name, `/\:`) || strings.HasPrefix(m.Name, ".") {
+		return fmt.Errorf("changeset %s: mount name %q is taken or cannot be a directory name", c.ID, m.Name)
+	}
+	if !filepath.IsAbs(m.Source) {
+		return fmt.Errorf("changeset %s: mount %s: source %q is not absolute", c.ID, m.Name, m.Source)
+	}
+	if err := c.makeMount(m); err != nil {
+		os.RemoveAll(filepath.Join(c.dir, m.Name))
+		return err
+	}
+	c.Mounts = append(c.Mounts, m)
+	return c.save()
+}
+
+// DropMount takes mount name out of a running changeset, with what it
+// recorded (a host path whose copy into the sandbox failed).
+func (c *Changeset) DropMount(name string) error {
+	i := slices.IndexFunc(c.Mounts, func(m Mount) bool { return m.Name == name })
+	if c.State != StateRunning || i < 0 {
+		return fmt.Errorf("changeset %s: no mount %q to drop", c.ID, name)
+	}
+	if err := os.RemoveAll(filepath.Join(c.dir, name)); err != nil {
+		return err
+	}
+	c.Mounts = slices.Delete(c.Mounts, i, i+1)
+	return c.save()
 }
 
 // save writes meta.json atomically.

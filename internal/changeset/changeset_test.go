@@ -792,3 +792,40 @@ func TestApplyLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A mount added to a running changeset records its base then, and seals
+// with the others; one dropped leaves nothing of it.
+func TestAddAndDropMount(t *testing.T) {
+	root := t.TempDir()
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	for _, d := range []string{a, b} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "f"), []byte("x\n"), 0o644)
+	}
+	c, err := newStore(t).Create("/ws", "p.yaml", ModeCopy, []Mount{{Name: "request-a", Source: a, Target: "/t/a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddMount(Mount{Name: "request-b", Source: b, Target: "/t/b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddMount(Mount{Name: "request-b", Source: b}); err == nil {
+		t.Error("a mount added twice")
+	}
+	if err := c.DropMount("request-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir(), "request-a")); !os.IsNotExist(err) {
+		t.Errorf("the dropped mount's directory: %v", err)
+	}
+	os.WriteFile(filepath.Join(c.TreeDir("request-b"), "f"), []byte("y\n"), 0o644)
+	if err := c.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	changes, err := c.Changes()
+	if err != nil || len(changes) != 1 || changes[0].Mount != "request-b" || changes[0].Kind != KindModified {
+		t.Fatalf("changes %+v, %v: want f modified in request-b", changes, err)
+	}
+}

@@ -232,6 +232,9 @@ func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, po
 		// The mount point of the mounts volume, in the agent's directory,
 		// which is read-only inside: the engine could not make it there.
 		err = os.Mkdir(filepath.Join(agentDir, filepath.Base(generator.MountsTarget)), 0o755)
+		if err == nil {
+			err = os.Mkdir(filepath.Join(agentDir, filepath.Base(generator.WritesTarget)), 0o755)
+		}
 	}
 	if err != nil {
 		dropAskDir(project)
@@ -287,6 +290,7 @@ func (s *launch) requestHandlers(proj *types.Project, ports *Ports, askDir strin
 	hs.Register(ask.KindPort, ports.Handle)
 	hs.Check(ask.KindPort, ports.Check)
 	if m, ok := LaunchMounts(s.rt, proj, s.Env, s.Profile, askDir); ok {
+		s.mounts = m
 		hs.Register(ask.KindMount, m.Handle)
 		hs.Check(ask.KindMount, m.Check)
 	}

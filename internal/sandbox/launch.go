@@ -77,6 +77,8 @@ type launch struct {
 	gcErr     error
 	// reclaimed are the leftovers of this launch's name it removed itself.
 	reclaimed []string
+	// mounts carries out the agent's mount requests of the current run.
+	mounts *Mounts
 }
 
 // Run passes the preflight checks, launches the sandbox and waits for it to
@@ -325,10 +327,17 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 			Ran: func() {
 				ran = true
 				check.begin() // while the engine removes the containers
+				if werr := copyBackWrites(s.mounts); werr != nil {
+					s.report.Warn(werr.Error())
+				}
 			},
 		})
 		stopHook()
 		stopRequests()
+		if werr := s.mounts.FinishWrites(s.report); werr != nil {
+			s.report.Warn(werr.Error())
+		}
+		s.mounts = nil
 		if perr := ports.Close(); perr != nil {
 			s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
 		}

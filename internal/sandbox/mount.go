@@ -18,6 +18,7 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/changeset"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/profile"
 )
@@ -50,6 +51,14 @@ type MountConfig struct {
 	Hide []string
 	// Max is what the copies may come to together, in bytes.
 	Max int64
+	// Writes is the sandbox's volume at generator.WritesTarget, where the
+	// copies of requests with write access go (no Name: none is given).
+	Writes backend.Volume
+	// Changesets is the store of the changeset that brings back what the
+	// agent wrote to them, made for the Workspace's run of Profile.
+	Changesets changeset.Store
+	Workspace  string
+	Profile    string
 }
 
 // Mounts carries out a sandbox's mount requests: each copies a host path
@@ -59,7 +68,8 @@ type MountConfig struct {
 type Mounts struct {
 	c     MountConfig
 	mu    sync.Mutex
-	sizes map[string]int64 // bytes copied, by NAME
+	sizes map[string]int64 // bytes copied, by NAME ("w/NAME" for the writable copies)
+	w     writes
 }
 
 // NewMounts returns the mount requests' handler of c.
@@ -79,17 +89,29 @@ func LaunchMounts(rt backend.Runtime, project *types.Project, env Env, p *profil
 	if !ok || !found {
 		return nil, false
 	}
+	var writes backend.Volume
+	store, err := changeset.DefaultStore()
+	if w, ok := project.Volumes[generator.WritesVolumeKey]; ok && err == nil {
+		writes = backend.Volume{Name: w.Name, Image: svc.Image, Labels: withLabels(svc.Labels, launcherLabels(project.Name))}
+	}
 	own := []string{env.Dirs.Config, env.Dirs.State}
+	if store.Dir != "" {
+		own = append(own, store.Dir)
+	}
 	if askDir != "" {
 		own = append(own, askDir)
 	}
 	return NewMounts(MountConfig{
-		Runtime: rt,
-		Volume:  backend.Volume{Name: v.Name, Image: svc.Image, Labels: withLabels(svc.Labels, launcherLabels(project.Name))},
-		Host:    env.GrantHost(),
-		Own:     own,
-		Hide:    p.Workspace.Hide,
-		Max:     int64(p.Resources.Disk),
+		Runtime:    rt,
+		Volume:     backend.Volume{Name: v.Name, Image: svc.Image, Labels: withLabels(svc.Labels, launcherLabels(project.Name))},
+		Host:       env.GrantHost(),
+		Own:        own,
+		Hide:       p.Workspace.Hide,
+		Max:        int64(p.Resources.Disk),
+		Writes:     writes,
+		Changesets: store,
+		Workspace:  env.Workspace,
+		Profile:    p.Meta.File,
 	}), true
 }
 
@@ -97,6 +119,7 @@ func LaunchMounts(rt backend.Runtime, project *types.Project, env Env, p *profil
 type mountPlan struct {
 	name   string
 	source string // resolved
+	write  bool   // a writable copy, at generator.WritesTarget
 	skip   map[string]bool
 	files  int64
 	bytes  int64
@@ -120,13 +143,20 @@ func (m *Mounts) Handle(ctx context.Context, req ask.Request) (map[string]any, e
 		return nil, err
 	}
 	budget := m.c.Max
+	key := pl.name
+	if pl.write {
+		key = "w/" + pl.name
+	}
 	for n, b := range m.sizes {
-		if n != pl.name {
+		if n != key {
 			budget -= b
 		}
 	}
 	if pl.bytes > budget {
 		return nil, refused("%s is %d bytes; the sandbox's copies may take %d bytes more (resources.disk, or %d bytes without it)", pl.source, pl.bytes, max(budget, 0), int64(DefaultMountMax))
+	}
+	if pl.write {
+		return m.handleWrite(ctx, pl, budget)
 	}
 	copied, err := m.c.Runtime.CopyEntry(ctx, m.c.Volume, backend.Entry{Name: pl.name, From: pl.source, Skip: pl.skip, Max: budget})
 	if err != nil {
@@ -151,8 +181,8 @@ func (m *Mounts) plan(req ask.Request) (mountPlan, error) {
 	if mo == nil || mo.Source == "" {
 		return mountPlan{}, refused("a mount request names a host path in mount.source")
 	}
-	if mo.Write {
-		return mountPlan{}, refused("write access is not given at run time yet: ask for read access (a copy at %s/NAME); what the agent writes to a host path will come back through a changeset for review", generator.MountsTarget)
+	if mo.Write && m.c.Writes.Name == "" {
+		return mountPlan{}, refused("this sandbox gives no write access: ask for read access (a copy at %s/NAME)", generator.MountsTarget)
 	}
 	source, err := m.source(mo.Source)
 	if err != nil {
@@ -162,8 +192,11 @@ func (m *Mounts) plan(req ask.Request) (mountPlan, error) {
 	if err != nil {
 		return mountPlan{}, err
 	}
-	pl := mountPlan{name: name, source: source, skip: map[string]bool{}}
-	return pl, m.measure(&pl)
+	pl := mountPlan{name: name, source: source, skip: map[string]bool{}, write: mo.Write}
+	if err := m.measure(&pl); err != nil {
+		return mountPlan{}, err
+	}
+	return pl, m.checkWrite(pl)
 }
 
 // source resolves a request's source, and refuses what must never be
@@ -279,6 +312,9 @@ func (m *Mounts) measure(pl *mountPlan) error {
 				return refused("%s is another name of a file of ~/.ssh, ~/.gnupg or a cloud tool's credentials", p)
 			}
 			pl.bytes += fi.Size()
+		}
+		if pl.write && !fi.IsDir() && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+			return refused("%s is a %s, which a writable copy cannot carry: ask for read access", p, fsutil.Kind(fi.Mode()))
 		}
 		if !fi.IsDir() {
 			if pl.files++; pl.files > MaxMountFiles {

@@ -73,7 +73,7 @@ func TestMountRefusals(t *testing.T) {
 		"workspace": {mountReq(filepath.Join(home, "ws"), "", false), "is in the workspace"},
 		"holds ws":  {mountReq(filepath.Dir(home), "", false), "home directory"},
 		"own":       {mountReq(filepath.Join(home, ".local/state/propio-sandbox"), "", false), "propio-sandbox's own files"},
-		"write":     {mountReq(data, "", true), "write access is not given"},
+		"write":     {mountReq(data, "", true), "gives no write access"},
 		"relative":  {mountReq("data", "", false), "not an absolute host path"},
 		"missing":   {mountReq(filepath.Join(data, "nope"), "", false), "does not exist"},
 		"hidden":    {mountReq(filepath.Join(data, ".env"), "", false), `hidden by workspace.hide ".env"`},

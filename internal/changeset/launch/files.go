@@ -2,11 +2,14 @@ package launch
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/changeset"
 )
 
 // likeRoot gives dir the owner (as root) and mode of the directory src.
@@ -84,4 +87,17 @@ func sameContent(a, b string) (bool, error) {
 		return false, err
 	}
 	return bytes.Equal(x, y), nil
+}
+
+// SettleCopied makes a copy changeset's trees, copied back after a run that
+// started at since, tell Seal what it must read (see settleRacyMtimes):
+// for the trees of host paths copied into a sandbox while it ran (an
+// agent's mount request with write access).
+func SettleCopied(cs *changeset.Changeset, since time.Time) error {
+	for _, m := range cs.Mounts {
+		if err := settleRacyMtimes(cs.TreeDir(m.Name), m.Source, since); err != nil {
+			return fmt.Errorf("reading changeset %s: %w", cs.ID, err)
+		}
+	}
+	return nil
 }
