@@ -50,6 +50,25 @@ func TestExec(t *testing.T) {
 		}
 	}
 
+	// The output can come before the engine has marked the container
+	// running (a loaded machine shows it): exec needs it running.
+	for running := false; !running; {
+		list, err := eng.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range list {
+			running = running || sb.Project == name && sb.State == "running"
+		}
+		if !running {
+			select {
+			case <-deadline:
+				t.Fatalf("the engine never listed %s running: %+v", name, list)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+
 	var catOut bytes.Buffer
 	code, err := eng.Exec(ctx, name, backend.ExecSpec{
 		Service:     "agent",
