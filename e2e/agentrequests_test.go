@@ -10,8 +10,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,8 +24,8 @@ import (
 )
 
 // startRunning runs `run -p PROFILE -- sleep 5m` in the background and
-// returns once the agent's container runs (network none or open; an
-// allowlist starts with startAllowlist).
+// returns once the agent's container runs (startAllowlist, for an
+// allowlist, also finds the gateway).
 func startRunning(t *testing.T, s *sandbox, profileYAML string) *running {
 	t.Helper()
 	prof := s.Profile(profileYAML)
@@ -256,16 +254,11 @@ func TestAgentRequestsPortAndMount(t *testing.T) {
 		}
 		// The server may still be starting: a few tries, a second apart.
 		var body string
-		for i := 0; i < 20; i++ {
-			resp, err := http.Get(url + "/hello.txt")
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if body = string(b); resp.StatusCode == 200 {
-					break
-				}
+		for i := 0; i < 20 && body != "served from the sandbox"; i++ {
+			if i > 0 {
+				time.Sleep(500 * time.Millisecond)
 			}
-			time.Sleep(500 * time.Millisecond)
+			body, _ = portGet(url + "/hello.txt")
 		}
 		if body != "served from the sandbox" {
 			t.Fatalf("GET %s/hello.txt from the host: %q", url, body)

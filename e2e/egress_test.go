@@ -8,7 +8,6 @@ package e2e
 // no real name is looked up.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -129,37 +128,7 @@ type running struct {
 func startAllowlist(t *testing.T, s *sandbox, in *internet, profileYAML string) *running {
 	t.Helper()
 	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
-	prof := s.Profile(profileYAML)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	r := &running{s: s, cmd: s.Command(ctx, "run", "-p", prof, "--", "sleep", "5m"), done: make(chan Result, 1)}
-	go func() {
-		res, err := execute(ctx, r.cmd)
-		if err != nil {
-			res.Stderr += "\n" + err.Error()
-			res.Code = -1
-		}
-		r.done <- res
-	}()
-	t.Cleanup(func() { r.Stop() })
-	label := "label=dev.propio-sandbox.workspace=" + s.Workspace
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		out, _ := docker("ps", "-q", "--filter", label, "--filter", "label=com.docker.compose.service=agent", "--filter", "status=running")
-		if id := strings.TrimSpace(out); id != "" {
-			r.Agent = id
-			break
-		}
-		select {
-		case res := <-r.done:
-			t.Fatalf("the sandbox ended before it ran:\n%s", res)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sandbox did not start in 2 minutes")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	r := startRunning(t, s, profileYAML)
 	// The container's environment, as the engine has it: any image (the
 	// probe's, or the agent's, which has no /probe).
 	env, err := docker("inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", r.Agent)
