@@ -96,6 +96,8 @@ func TestLayering(t *testing.T) {
 		// engine, gateway, generator or profile.
 		module + "/internal/approver": {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", module + "/internal/gateway",
 			module + "/internal/gatewayd", module + "/generator", module + "/internal/profile", "github.com/docker/compose", "github.com/moby/moby/client"},
+		// Background processes are started and told apart: nothing of ours.
+		module + "/internal/daemon": {module + "/"},
 		// The launch is below the CLI.
 		module + "/internal/sandbox": {module + "/internal/cli"},
 	}
