@@ -268,4 +268,3 @@ func matchSegment(pat, seg string) bool {
 	}
 	return strings.HasSuffix(seg, last)
 }
-
