@@ -52,7 +52,7 @@ type Profile struct {
 	// variable that holds a sentinel inside (secrets.go).
 	Secrets map[string]*Secret `yaml:"secrets,omitempty"`
 	Meta    Meta               `yaml:"-"`
-	src           *resolved
+	src     *resolved
 	// granted are the unsafe grants Load judged on the host and allowed.
 	granted []Grant
 }
