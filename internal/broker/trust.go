@@ -116,5 +116,8 @@ func (r Run) ParseCA() (*x509.Certificate, crypto.Signer, error) {
 	if !ok {
 		return nil, nil, errors.New("the run's CA: its private key cannot sign")
 	}
+	if pub, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(signer.Public()) {
+		return nil, nil, errors.New("the run's CA: its private key is not its certificate's")
+	}
 	return cert, signer, nil
 }
