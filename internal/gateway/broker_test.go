@@ -434,7 +434,9 @@ func TestBrokerWaysIn(t *testing.T) {
 	b := startBrokerGateway(t, true)
 	s := b.sentinel["LLM_TOKEN"]
 	sni := &http.Client{Timeout: ioTimeout, Transport: &http.Transport{
-		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", b.tlsAddr) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", b.tlsAddr)
+		},
 		TLSClientConfig: &tls.Config{RootCAs: b.runRoots},
 	}}
 	do(t, sni, "GET", b.url("llm.test", "/sni"), http.Header{"Authorization": {"Bearer " + s}})
@@ -566,7 +568,9 @@ func TestBrokerPlainHTTP(t *testing.T) {
 	t.Cleanup(c.stopIntercepting)
 	gw := startServing(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
 	client := &http.Client{Timeout: ioTimeout, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", gw) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", gw)
+		},
 	}}
 	for i := range 2 { // two requests on one connection: both are seen
 		resp, body := do(t, client, "GET", "http://llm.test/headers", http.Header{"X-Key": {"k=" + s}})
