@@ -75,7 +75,9 @@ func TestTakesTheRun(t *testing.T) {
 		got := slices.Clone(r.lines)
 		r.mu.Unlock()
 		took := slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "took a run's CA and secrets from "+dir) })
-		refused := slices.ContainsFunc(got, func(l string) bool { return strings.Contains(l, "the run's secret OTHER is not one the gateway brokers") })
+		refused := slices.ContainsFunc(got, func(l string) bool {
+			return strings.Contains(l, "the run's secret OTHER is not one the gateway brokers")
+		})
 		if took && refused {
 			break
 		}
