@@ -188,3 +188,27 @@ func MakeDir(base, project string) (string, error) {
 	}
 	return dir, nil
 }
+
+// BaseDirs are the directories of the user's broker directories (one per
+// sandbox, mounted into its gateway) and of the sandboxes' trust files (one
+// per sandbox, mounted read-only into it): under
+// $XDG_RUNTIME_DIR/propio-sandbox (in memory, private to the user, emptied
+// at logout), else $XDG_STATE_HOME/propio-sandbox (~/.local/state when
+// unset).
+func BaseDirs() (brokerDir, caDir string, err error) {
+	base := ""
+	if rt := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(rt) {
+		base = filepath.Join(rt, "propio-sandbox")
+	} else {
+		state := os.Getenv("XDG_STATE_HOME")
+		if !filepath.IsAbs(state) {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", "", fmt.Errorf("finding the broker directory: %w", err)
+			}
+			state = filepath.Join(home, ".local", "state")
+		}
+		base = filepath.Join(state, "propio-sandbox")
+	}
+	return filepath.Join(base, "broker"), filepath.Join(base, "ca"), nil
+}
