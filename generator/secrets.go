@@ -52,9 +52,9 @@ func ActiveSecrets(p *profile.Profile, h Host) []string {
 	return names
 }
 
-// opens reports whether the gateway of p on h terminates TLS for some
+// Opens reports whether the gateway of p on h terminates TLS for some
 // hosts: a secret is given, or an allow rule limits requests.
-func opens(p *profile.Profile, h Host) bool {
+func Opens(p *profile.Profile, h Host) bool {
 	if len(ActiveSecrets(p, h)) > 0 || len(p.Network.Methods) > 0 {
 		return true
 	}
@@ -112,7 +112,7 @@ func brokering(p *profile.Profile, h Host, o Options, g, agent *types.ServiceCon
 	for _, name := range p.SecretNames() {
 		delete(agent.Environment, name)
 	}
-	if !opens(p, h) {
+	if !Opens(p, h) {
 		return nil
 	}
 	ext := &ExtensionBroker{Secrets: map[string]string{}, Opens: true}
