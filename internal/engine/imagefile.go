@@ -88,4 +88,3 @@ func (e *Engine) readFile(ctx context.Context, id, p string, max int64) (data []
 	}
 	return data, "", nil
 }
-
