@@ -36,6 +36,7 @@
 //
 //	probe serve NAME              HTTP on :80 and, given /certs/server.pem and /certs/server.key, HTTPS on :443:
 //	                              GET /bytes/N sends N zero bytes (?rate=B: at B bytes a second), any other path answers "NAME http HOST PATH";
+//	                              /h/..., /echo, /git/..., /sse and /release show and ask for credentials and stream events (serveCredentials);
 //	                              TCP on :22 and :7 greets "NAME tcp PORT" then echoes lines;
 //	                              UDP on :53 and :9 answers each datagram with "NAME udp PORT".
 //	                              It prints "serving NAME" once listening, then one line per event:

@@ -65,7 +65,7 @@ func hintError(err error, p *profile.Profile, ref string) error {
 	case errors.As(err, &grant):
 		return fmt.Errorf("loading %s, with the engine's socket at %s: %w", loading(ref), grant.Socket, grant.Err)
 	case errors.As(err, &sec):
-		return withHint(err, "make its source give the value ("+sec.Source+"), or drop the secret in a profile of your own: secrets: {"+sec.Name+": null}")
+		return withHint(err, "make its source give the value, or drop the secret in a profile of your own: secrets: {"+sec.Name+": null}")
 	case errors.As(err, &gfile):
 		return withHint(err, "fix the line it names, or remove the file to drop every grant of this workspace (`"+name+" grants` lists them once it reads)")
 	}

@@ -178,6 +178,9 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 	for _, name := range run.sentinelsIn(req.URL.RawQuery + req.URL.EscapedPath()) {
 		e.Sentinels = appendOnce(e.Sentinels, name)
 	}
+	if len(e.Secrets)+len(e.Sentinels) > 0 {
+		e.Method, e.Path = req.Method, req.URL.Path // a request the log names whole
+	}
 	up, status, body := c.open(ctx, &e, timeout)
 	if up == nil {
 		c.record(e)
