@@ -47,7 +47,7 @@
 //
 // The stand-in for an LLM provider, run until killed (see provider.go):
 //
-//	probe provider CMD            OpenAI's Responses API on :80: a turn is answered with a call of the
+//	probe provider CMD            OpenAI's Responses API on :80 (and :443, given /certs as serve's): a turn is answered with a call of the
 //	                              agent's shell tool running CMD, the turn that brings the tool's output
 //	                              with a final message "done: LAST LINE OF THE OUTPUT". It prints
 //	                              "serving provider", then "request METHOD PATH from ADDR",
