@@ -29,7 +29,8 @@
 //
 // fetch, download and latency take the proxy from HTTP_PROXY, HTTPS_PROXY and
 // NO_PROXY unless given --no-proxy, or ALL_PROXY (socks5:// or socks5h://)
-// with --socks; --cacert FILE trusts only the CA in FILE. Flags may go
+// with --socks; --cacert FILE trusts only the CA in FILE; --bearer-env VAR
+// sends VAR's value as a bearer token. Flags may go
 // anywhere among the arguments; "--" ends them.
 //
 // The stand-in for an internet server, run until killed:

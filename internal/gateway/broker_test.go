@@ -27,6 +27,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
+	"github.com/propio/propio-sandbox/internal/testenv/zeros"
 )
 
 const (
@@ -53,7 +54,7 @@ type seenRequest struct {
 	proto, method, host, path, auth string
 }
 
-func startBrokerUpstream(t *testing.T) *brokerUpstream {
+func startBrokerUpstream(t testing.TB) *brokerUpstream {
 	t.Helper()
 	u := &brokerUpstream{release: make(chan struct{})}
 	run := testRun(t, []string{"llm.test", "git.test", "api.test", "free.test"})
@@ -76,6 +77,10 @@ func (u *brokerUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.seen = append(u.seen, seenRequest{proto: r.Proto, method: r.Method, host: r.Host, path: r.URL.Path, auth: r.Header.Get("Authorization")})
 	u.mu.Unlock()
+	if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+		zeros.Serve(w, r, n)
+		return
+	}
 	switch r.URL.Path {
 	case "/echo": // a careless server that echoes the credential
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
@@ -106,7 +111,7 @@ func (u *brokerUpstream) last(t *testing.T) seenRequest {
 	return u.seen[len(u.seen)-1]
 }
 
-func testRun(t *testing.T, names []string) broker.Run {
+func testRun(t testing.TB, names []string) broker.Run {
 	t.Helper()
 	ca, key, err := broker.NewCA(names, nil, time.Now())
 	if err != nil {
@@ -126,9 +131,14 @@ type brokerGateway struct {
 	sentinel map[string]string
 }
 
-func startBrokerGateway(t *testing.T, load bool) *brokerGateway {
+func startBrokerGateway(t testing.TB, load bool) *brokerGateway {
 	t.Helper()
-	up := startBrokerUpstream(t)
+	return startBrokerGatewayOn(t, startBrokerUpstream(t), load)
+}
+
+// startBrokerGatewayOn is startBrokerGateway on an upstream of the caller's.
+func startBrokerGatewayOn(t testing.TB, up *brokerUpstream, load bool) *brokerGateway {
+	t.Helper()
 	p := fmt.Sprint(up.port)
 	b := &brokerGateway{up: up, sentinel: map[string]string{"LLM_TOKEN": broker.NewSentinel("LLM_TOKEN"), "GIT_TOKEN": broker.NewSentinel("GIT_TOKEN")}}
 	run := testRun(t, []string{"llm.test", "git.test", "api.test"})
@@ -168,7 +178,7 @@ func resolveBrokerNames(ctx context.Context, host string) ([]netip.Addr, error) 
 	return resolveTestNames(ctx, host)
 }
 
-func rules(t *testing.T, texts ...string) []egress.Rule {
+func rules(t testing.TB, texts ...string) []egress.Rule {
 	t.Helper()
 	var out []egress.Rule
 	for _, s := range texts {

@@ -14,6 +14,7 @@ package gateway
 // connection, with its bytes, once it ends.
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -126,7 +127,8 @@ func (c *Config) intercept(ctx context.Context, conn net.Conn, t *target, e deci
 	cc := &countedConn{Conn: conn, w: c.limit(ctx, unwrap(conn), dirDown), closed: make(chan struct{})}
 	var served net.Conn = cc
 	if t.tls {
-		tc := tls.Server(cc, &tls.Config{
+		raw := &recordBuffer{Conn: cc}
+		tc := tls.Server(raw, &tls.Config{
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return t.run.issuer.Certificate(t.host) },
 			NextProtos:     []string{"h2", "http/1.1"},
 			MinVersion:     tls.VersionTLS12,
@@ -141,6 +143,13 @@ func (c *Config) intercept(ctx context.Context, conn net.Conn, t *target, e deci
 		}
 		_ = tc.SetDeadline(time.Time{})
 		served = tc
+		if tc.ConnectionState().NegotiatedProtocol != "h2" {
+			// HTTP/1.1: the server gets a connection whose writes leave
+			// whole (HTTP/2's is the TLS connection itself, which the
+			// server needs to know it).
+			raw.buffer()
+			served = &flushingConn{Conn: tc, raw: raw}
+		}
 	}
 	ic := c.interceptor()
 	ic.targets.Store(served, t)
@@ -275,9 +284,35 @@ func (ic *interceptor) modifyResponse(resp *http.Response) error {
 	}
 	maskHeaders(resp.Header, secrets, &x.masked)
 	if resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = newMasker(resp.Body, secrets, resp.Trailer, &x.masked)
+		resp.Body = newMasker(gathered(resp), secrets, resp.Trailer, &x.masked)
 	}
 	return nil
+}
+
+// gathered is the response's body read in whole buffers when it has a
+// length and is no stream (a download: fewer, larger writes to the client;
+// TLS reads a record at a time), as it is otherwise, so that a stream's
+// events leave as they come.
+func gathered(resp *http.Response) io.ReadCloser {
+	ct := resp.Header.Get("Content-Type")
+	if resp.ContentLength <= 0 || strings.HasPrefix(ct, "text/event-stream") {
+		return resp.Body
+	}
+	return gather{resp.Body}
+}
+
+type gather struct{ io.ReadCloser }
+
+func (g gather) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := g.ReadCloser.Read(p[n:])
+		n += m
+		if err != nil || m == 0 {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // proxyError answers a request the upstream did not take: 403 for an
@@ -327,7 +362,9 @@ func (ic *interceptor) transport(h2 bool) *http.Transport {
 		if err != nil {
 			return nil, "", err
 		}
-		return &limitedConn{Conn: up, w: c.limit(context.Background(), up, dirUp)}, host, nil
+		// Read through a buffer: TLS reads a record (16 KB) at a time,
+		// and one read from the network may bring several.
+		return &limitedConn{Conn: up, w: c.limit(context.Background(), up, dirUp), r: bufio.NewReaderSize(up, 128<<10)}, host, nil
 	}
 	protos := []string{"http/1.1"}
 	if h2 {
@@ -430,13 +467,85 @@ func (c *countedConn) Close() error {
 	return err
 }
 
-// limitedConn writes through the bandwidth cap.
+// recordBuffer is the network side of the gateway's TLS with the sandbox:
+// once buffering, it keeps what TLS writes (a record at a time) until
+// flushed, so that the records of one write leave in one.
+type recordBuffer struct {
+	net.Conn
+	mu  sync.Mutex
+	on  bool
+	buf []byte
+}
+
+func (b *recordBuffer) buffer() {
+	b.mu.Lock()
+	b.on = true
+	b.mu.Unlock()
+}
+
+func (b *recordBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.on {
+		return b.Conn.Write(p)
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *recordBuffer) flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.buf) == 0 {
+		return nil
+	}
+	_, err := b.Conn.Write(b.buf)
+	if cap(b.buf) > 256<<10 {
+		b.buf = nil // a burst's buffer is not kept
+	} else {
+		b.buf = b.buf[:0]
+	}
+	return err
+}
+
+// Close sends what is buffered (TLS's close_notify), then closes.
+func (b *recordBuffer) Close() error {
+	b.flush()
+	return b.Conn.Close()
+}
+
+// flushingConn is the TLS connection with the sandbox as the HTTP/1.1
+// server uses it: what a write (or a read: an alert, a key update) made TLS
+// write leaves when it returns.
+type flushingConn struct {
+	*tls.Conn
+	raw *recordBuffer
+}
+
+func (c *flushingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if ferr := c.raw.flush(); err == nil {
+		err = ferr
+	}
+	return n, err
+}
+
+func (c *flushingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.raw.flush()
+	return n, err
+}
+
+// limitedConn is an upstream connection: it writes through the bandwidth
+// cap, and reads through a buffer.
 type limitedConn struct {
 	net.Conn
 	w io.Writer
+	r *bufio.Reader
 }
 
 func (c *limitedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *limitedConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 
 // countingBody counts a request body's bytes.
 type countingBody struct {
