@@ -347,3 +347,56 @@ func TestSecretErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyWeb: network.methods [GET, HEAD, OPTIONS] makes every allowed
+// host read-only, over HTTPS (the gateway terminates TLS to see the method;
+// the sandbox trusts the run's CA) and plain HTTP, through the proxy and
+// the transparent path; a rule's own methods win; a path limit holds.
+func TestReadOnlyWeb(t *testing.T) {
+	requireAgentImage(t)
+	s := newSandbox(t)
+	in := startBrokerInternet(t)
+	r := startAllowlist(t, s, in, fmt.Sprintf(`image: propio-sandbox/agent:latest
+network:
+  mode: allowlist
+  methods: [GET, HEAD, OPTIONS]
+  allow:
+    - other.test
+    - {host: plain.test, methods: ["*"], paths: ["/h/open/**"]}
+  upstream_ca: %s/ca.pem
+`, in.CADir))
+	for _, c := range []struct {
+		name, cmd string
+		code      string
+	}{
+		{"GET over HTTPS", "curl -s -o /dev/null -w '%{http_code}' https://other.test/h/ro-get", "200"},
+		{"HEAD, transparent", "curl -s -o /dev/null -w '%{http_code}' --noproxy '*' -I https://other.test/h/ro-head", "200"},
+		{"POST over HTTPS", "curl -s -o /dev/null -w '%{http_code}' -X POST https://other.test/h/ro-post", "403"},
+		{"DELETE, transparent", "curl -s -o /dev/null -w '%{http_code}' --noproxy '*' -X DELETE https://other.test/h/ro-delete", "403"},
+		{"POST over plain HTTP", "curl -s -o /dev/null -w '%{http_code}' -X POST http://other.test/h/ro-plain", "403"},
+		{"a rule's own methods", "curl -s -o /dev/null -w '%{http_code}' -X POST https://plain.test/h/open/x", "200"},
+		{"and its paths", "curl -s -o /dev/null -w '%{http_code}' https://plain.test/h/closed", "403"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, _ := docker("exec", r.Agent, "bash", "-c", c.cmd)
+			if strings.TrimSpace(out) != c.code {
+				t.Errorf("%s: %q, want %s", c.cmd, out, c.code)
+			}
+		})
+	}
+	logs := in.Logs("upstream")
+	for _, denied := range []string{"/h/ro-post", "/h/ro-delete", "/h/ro-plain", "/h/closed"} {
+		if strings.Contains(logs, denied) {
+			t.Errorf("%s reached the server", denied)
+		}
+	}
+	var denials int
+	for _, e := range decisions(t, s, true) {
+		if e["method"] != nil && e["status"] == float64(403) {
+			denials++
+		}
+	}
+	if denials != 4 {
+		t.Errorf("logs --denied lists %d refused requests, want 4", denials)
+	}
+}
