@@ -107,7 +107,10 @@ mounts:
 
 	bytesPath := "/bytes/" + strconv.Itoa(downloadBytes)
 	arms := []*brokerArm{
-		{name: "brokered (TLS opened by the gateway)", url: "https://data.test", flags: []string{"--no-proxy", "--bearer-env", "TOKEN"}},
+		// Each client trusts the one CA of its server: the run's, the
+		// benchmark's; both speak HTTP/1.1, as the probe does with a CA of
+		// its own.
+		{name: "brokered (TLS opened by the gateway)", url: "https://data.test", flags: []string{"--no-proxy", "--bearer-env", "TOKEN", "--cacert", "/run/propio-sandbox-ca/ca.pem"}},
 		{name: "pass-through (kernel-forwarded TLS)", url: "https://pass.test", flags: []string{"--no-proxy", "--bearer-env", "TOKEN", "--cacert", "/certs/ca.pem"}},
 	}
 	for _, a := range arms { // warm each path once

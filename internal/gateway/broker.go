@@ -183,35 +183,42 @@ func maskHeaders(h http.Header, secrets []liveSecret, masked *[]string) {
 
 // masker masks the real values in a response body as it streams, each with
 // as many * (so the length, and Content-Length, stay), and then in its
-// trailers. It holds back only what could begin a value, so a stream (an
-// event of server-sent events) is not delayed by it.
+// trailers. It reads into the caller's buffer and masks there; it holds back
+// only an end that could begin a value (copied aside until the next read),
+// so a stream (an event of server-sent events) is not delayed by it.
 type masker struct {
 	r       io.ReadCloser
 	secrets []liveSecret
 	trailer http.Header // the response's, filled once the body has ended
 	masked  *[]string
+	longest int // the longest value's length
 
-	// buf[start:start+ready] is read and masked, to give; what follows it
-	// is held back.
-	buf          []byte
-	start, ready int
-	err          error
-	done         bool
+	held []byte // read, masked as far as it can be, not given yet
+	err  error
+	done bool
 }
 
-const maskerBuf = 64 << 10
-
 func newMasker(r io.ReadCloser, secrets []liveSecret, trailer http.Header, masked *[]string) *masker {
-	return &masker{r: r, secrets: secrets, trailer: trailer, masked: masked, buf: make([]byte, 0, maskerBuf)}
+	m := &masker{r: r, secrets: secrets, trailer: trailer, masked: masked}
+	for _, s := range secrets {
+		m.longest = max(m.longest, len(s.value))
+	}
+	return m
 }
 
 func (m *masker) Read(p []byte) (int, error) {
-	for m.ready == 0 {
-		held := len(m.buf) - m.start
+	if len(p) <= m.longest { // too small to read into: go through a buffer
+		buf := make([]byte, 2*m.longest+1)
+		n, err := m.Read(buf)
+		m.held = append(buf[copy(p, buf[:n]):n:n], m.held...)
+		return min(n, len(p)), err
+	}
+	for {
+		h := copy(p, m.held)
+		m.held = m.held[:0]
 		if m.err != nil {
-			if held > 0 { // held back: no value can complete it now
-				m.ready = held
-				break
+			if h > 0 {
+				return h, nil // held back: no value can complete it now
 			}
 			if errors.Is(m.err, io.EOF) && !m.done {
 				m.done = true
@@ -219,35 +226,32 @@ func (m *masker) Read(p []byte) (int, error) {
 			}
 			return 0, m.err
 		}
-		m.buf = m.buf[:copy(m.buf[:cap(m.buf)], m.buf[m.start:])]
-		m.start = 0
-		if held == cap(m.buf) { // a whole buffer held back cannot be
-			m.ready = held
-			break
-		}
-		n, err := m.r.Read(m.buf[held:cap(m.buf)])
-		m.buf = m.buf[:held+n]
+		n, err := m.r.Read(p[h:])
 		m.err = err
-		m.mask()
-		m.ready = len(m.buf) - m.partial()
+		n += h
+		m.mask(p[:n])
+		keep := 0
+		if err == nil {
+			keep = m.partial(p[:n])
+		}
+		m.held = append(m.held, p[n-keep:n]...)
+		if n-keep > 0 {
+			return n - keep, nil
+		}
 	}
-	n := copy(p, m.buf[m.start:m.start+m.ready])
-	m.start += n
-	m.ready -= n
-	return n, nil
 }
 
-// mask masks every whole value in buf.
-func (m *masker) mask() {
+// mask masks every whole value in b.
+func (m *masker) mask(b []byte) {
 	for _, s := range m.secrets {
 		v := []byte(s.value)
 		for from := 0; ; {
-			i := bytes.Index(m.buf[from:], v)
+			i := bytes.Index(b[from:], v)
 			if i < 0 {
 				break
 			}
 			for j := from + i; j < from+i+len(v); j++ {
-				m.buf[j] = '*'
+				b[j] = '*'
 			}
 			from += i + len(v)
 			*m.masked = appendOnce(*m.masked, s.Name)
@@ -255,13 +259,13 @@ func (m *masker) mask() {
 	}
 }
 
-// partial is the length of the longest end of buf that begins a value: it
+// partial is the length of the longest end of b that begins a value: it
 // is held back until the next read says whether the value follows.
-func (m *masker) partial() int {
+func (m *masker) partial(b []byte) int {
 	longest := 0
 	for _, s := range m.secrets {
-		for n := min(len(s.value)-1, len(m.buf)); n > longest; n-- {
-			if m.buf[len(m.buf)-n] == s.value[0] && string(m.buf[len(m.buf)-n:]) == s.value[:n] {
+		for n := min(len(s.value)-1, len(b)); n > longest; n-- {
+			if b[len(b)-n] == s.value[0] && string(b[len(b)-n:]) == s.value[:n] {
 				longest = n
 				break
 			}

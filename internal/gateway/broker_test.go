@@ -492,9 +492,14 @@ func TestMasker(t *testing.T) {
 			t.Errorf("chunks of %d: masked %v, trailer %q", chunk, masked, trailer.Get("X-T"))
 		}
 	}
+	// Read a byte at a time, through the masker's own buffer.
+	var masked []string
+	out, err := io.ReadAll(iotest.OneByteReader(newMasker(io.NopCloser(&chunked{s: in, n: 4}), secrets, nil, &masked)))
+	if err != nil || string(out) != "0******1******2***3abc" {
+		t.Errorf("read a byte at a time: %q, %v", out, err)
+	}
 	// An event ending in no beginning of a value is given at once.
 	r, w := io.Pipe()
-	var masked []string
 	m := newMasker(r, secrets, nil, &masked)
 	go w.Write([]byte("data: x\n\n"))
 	buf := make([]byte, 64)

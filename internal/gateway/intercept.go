@@ -14,7 +14,6 @@ package gateway
 // connection, with its bytes, once it ends.
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -362,9 +361,7 @@ func (ic *interceptor) transport(h2 bool) *http.Transport {
 		if err != nil {
 			return nil, "", err
 		}
-		// Read through a buffer: TLS reads a record (16 KB) at a time,
-		// and one read from the network may bring several.
-		return &limitedConn{Conn: up, w: c.limit(context.Background(), up, dirUp), r: bufio.NewReaderSize(up, 128<<10)}, host, nil
+		return &limitedConn{Conn: up, w: c.limit(context.Background(), up, dirUp)}, host, nil
 	}
 	protos := []string{"http/1.1"}
 	if h2 {
@@ -500,7 +497,7 @@ func (b *recordBuffer) flush() error {
 		return nil
 	}
 	_, err := b.Conn.Write(b.buf)
-	if cap(b.buf) > 256<<10 {
+	if cap(b.buf) > 2*copyBufferSize {
 		b.buf = nil // a burst's buffer is not kept
 	} else {
 		b.buf = b.buf[:0]
@@ -537,15 +534,13 @@ func (c *flushingConn) Read(p []byte) (int, error) {
 }
 
 // limitedConn is an upstream connection: it writes through the bandwidth
-// cap, and reads through a buffer.
+// cap.
 type limitedConn struct {
 	net.Conn
 	w io.Writer
-	r *bufio.Reader
 }
 
 func (c *limitedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-func (c *limitedConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 
 // countingBody counts a request body's bytes.
 type countingBody struct {
@@ -590,7 +585,12 @@ func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // bufferPool lends the proxy its copy buffers.
 type bufferPool struct{}
 
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// copyBufferSize is what the proxy reads and writes at once: a download's
+// body goes to the client in writes of this size, each one write to the
+// network.
+const copyBufferSize = 256 << 10
 
 func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
