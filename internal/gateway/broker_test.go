@@ -85,6 +85,26 @@ func (u *brokerUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "/echo": // a careless server that echoes the credential
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "you sent %s", r.Header.Get("Authorization"))
+	case "/upgrade": // an upgrade to an echo of lines, as a WebSocket would be
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "no upgrade", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		for {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			brw.WriteString("echo " + line)
+			brw.Flush()
+		}
 	case "/sse":
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: first\n\n")
@@ -604,5 +624,32 @@ func TestBrokerPlainHTTP(t *testing.T) {
 	}
 	if len(reqs) != 2 || reqs[1].Via != "http" || !slices.Equal(reqs[1].Secrets, []string{"LLM_TOKEN"}) {
 		t.Errorf("request entries %+v, want two, each with LLM_TOKEN put in", reqs)
+	}
+}
+
+// TestBrokerUpgrade: a connection upgraded on a secret's host (as a
+// WebSocket is) carries bytes both ways after the 101, the value put in the
+// request that upgraded it.
+func TestBrokerUpgrade(t *testing.T) {
+	t.Parallel()
+	b := startBrokerGateway(t, true)
+	conn, _, resp := connectVia(t, b.http, hostPort("llm.test", b.up.port), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %s", resp.Status)
+	}
+	tc := tls.Client(conn, &tls.Config{ServerName: "llm.test", RootCAs: b.runRoots, NextProtos: []string{"http/1.1"}})
+	tc.SetDeadline(time.Now().Add(ioTimeout))
+	fmt.Fprintf(tc, "GET /upgrade HTTP/1.1\r\nHost: llm.test:%d\r\nConnection: Upgrade\r\nUpgrade: echo\r\nAuthorization: Bearer %s\r\n\r\n", b.up.port, b.sentinel["LLM_TOKEN"])
+	tr := bufio.NewReader(tc)
+	up, err := http.ReadResponse(tr, nil)
+	if err != nil || up.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", up, err)
+	}
+	fmt.Fprint(tc, "ping\n")
+	if line, err := tr.ReadString('\n'); err != nil || line != "echo ping\n" {
+		t.Fatalf("after the upgrade: %q %v", line, err)
+	}
+	if got := b.up.last(t); got.path != "/upgrade" || got.auth != "Bearer "+realValue {
+		t.Errorf("the upgrade request reached the upstream as %+v", got)
 	}
 }

@@ -282,7 +282,9 @@ func (ic *interceptor) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	maskHeaders(resp.Header, secrets, &x.masked)
-	if resp.Body != nil && resp.Body != http.NoBody {
+	// An upgraded connection (a WebSocket) carries frames both ways, which
+	// the proxy copies as they are.
+	if resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp.Body = newMasker(gathered(resp), secrets, resp.Trailer, &x.masked)
 	}
 	return nil
