@@ -50,8 +50,11 @@ func newGateway(a *app) *cobra.Command {
 		Long: `Serve the egress gateway of a sandbox with network.mode allowlist: an HTTP proxy
 (port 3128, with CONNECT), a SOCKS5 proxy (1080), a DNS server (53) that answers
 allowed names with the gateway's address and refuses the rest, TLS routing by SNI
-(443), HTTP routing by Host (80) and TCP forwards for host:port rules. Every
-decision is appended to the log as a JSON line.
+(443), HTTP routing by Host (80) and TCP forwards for host:port rules. The
+hosts of --secret and of allow rules with methods or paths it opens: TLS
+terminated with the run's CA (from the run's file in --broker), each request
+judged, sentinels replaced with the secrets' values. Every decision is
+appended to the log as a JSON line.
 
 run starts it in its own container, from an image made of this very binary; there
 is no need to start it by hand.`,
