@@ -79,6 +79,7 @@ mounts:
 // TestSecretsBrokered runs a sandbox with a brokered secret and attacks and
 // uses it from inside.
 func TestSecretsBrokered(t *testing.T) {
+	t.Parallel()
 	requireAgentImage(t)
 	s := newSandbox(t)
 	in := startBrokerInternet(t)
@@ -311,6 +312,7 @@ func composeProject(t *testing.T, container string) string {
 // before anything is made, with an error that says which and where, and
 // never the value; a command that fails has what it printed masked.
 func TestSecretErrors(t *testing.T) {
+	t.Parallel()
 	s := newSandbox(t)
 	in := startBrokerInternet(t)
 	const printed = "sk-e2e-printed-by-the-command"
@@ -353,6 +355,7 @@ func TestSecretErrors(t *testing.T) {
 // the sandbox trusts the run's CA) and plain HTTP, through the proxy and
 // the transparent path; a rule's own methods win; a path limit holds.
 func TestReadOnlyWeb(t *testing.T) {
+	t.Parallel()
 	requireAgentImage(t)
 	s := newSandbox(t)
 	in := startBrokerInternet(t)
