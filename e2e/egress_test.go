@@ -611,7 +611,7 @@ func TestBuiltinAllowlistProfiles(t *testing.T) {
 			os.WriteFile(filepath.Join(s.Home, ".gitconfig"), []byte("[user]\n\tname = Host User\n"), 0o644)
 			s.Env = append(s.Env, "SSH_AUTH_SOCK=/tmp/ssh-agent.sock", "GITHUB_TOKEN=ghp_should_not_pass", "ANTHROPIC_API_KEY=sk-test-passed")
 			script := `echo "proxy=$HTTPS_PROXY"
-echo "ssh=${SSH_AUTH_SOCK:-unset} gh=${GITHUB_TOKEN:-unset} key=${ANTHROPIC_API_KEY:+set}"
+echo "ssh=${SSH_AUTH_SOCK:-unset} gh=${GITHUB_TOKEN:-unset} key=${ANTHROPIC_API_KEY%-*}"
 echo "dotenv=[$(cat .env)]"
 git config --global user.name || echo "no git identity"
 echo "denied=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://denied.test/)"
@@ -621,7 +621,8 @@ touch /usr/local/probe-write 2>&1 || true`
 			if res.Code != 0 {
 				t.Fatalf("run -p %s:\n%s", name, res)
 			}
-			for _, want := range []string{"proxy=http://198.1", "ssh=unset gh=unset key=set", "dotenv=[]", "no git identity", "denied=403", "Read-only file system",
+			// The provider key is brokered: the sandbox holds its sentinel.
+			for _, want := range []string{"proxy=http://198.1", "ssh=unset gh=unset key=propio-sentinel-ANTHROPIC_API_KEY\n", "dotenv=[]", "no git identity", "denied=403", "Read-only file system",
 				// A built-in cannot be edited: the 403 says how to make a
 				// profile that extends it, and the line to add.
 				"    propio-sandbox init --extends " + name + "\n", `        - "denied.test"`} {

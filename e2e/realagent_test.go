@@ -127,9 +127,12 @@ func codexImage(t *testing.T) string {
 }
 
 // fakeProvider starts `probe provider CMD` as provider.test on a network of
-// its own and returns the network and the container.
-func fakeProvider(t *testing.T, cmd string) (network, id string) {
+// its own, over HTTP and over TLS (its certificate from a test CA, whose
+// ca.pem is in certs), and returns the network and the container.
+func fakeProvider(t *testing.T, cmd string) (network, id, certs string) {
 	t.Helper()
+	certs = filepath.Join(t.TempDir(), "certs")
+	makeTestCA(t, certs, "provider.test")
 	// Internal: nothing on it has a route out, the gateway included.
 	network = "propio-e2e-provider-" + randomID()
 	if _, err := docker("network", "create", "--internal", "--label", "dev.propio-sandbox.e2e=1", network); err != nil {
@@ -137,7 +140,7 @@ func fakeProvider(t *testing.T, cmd string) (network, id string) {
 	}
 	t.Cleanup(func() { docker("network", "rm", network) })
 	out, err := docker("run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", network,
-		"--network-alias", "provider.test", ProbeImage, "provider", cmd)
+		"--network-alias", "provider.test", "-v", certs+":/certs:ro", ProbeImage, "provider", cmd)
 	if err != nil {
 		t.Fatalf("starting the provider: %v", err)
 	}
@@ -147,7 +150,7 @@ func fakeProvider(t *testing.T, cmd string) (network, id string) {
 	for {
 		logs, _ := docker("logs", id)
 		if strings.Contains(logs, "serving provider") {
-			return network, id
+			return network, id, certs
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the provider did not start:\n%s", logs)
@@ -197,14 +200,16 @@ func strictNames(t *testing.T) []string {
 	return names
 }
 
-const codexToolCommand = `printf 'written by codex\n' > /workspace/codex-wrote.txt && echo "tool ran as $(id -u):$(id -g)"`
+// codexToolCommand writes a file, and says what the sandbox holds for the
+// provider's key, and as whom it ran.
+const codexToolCommand = `printf 'written by codex\n' > /workspace/codex-wrote.txt && echo "key inside: ${OPENAI_API_KEY%-*}" && echo "tool ran as $(id -u):$(id -g)"`
 
 // codexArgs runs Codex non-interactively against the fake provider, with
 // its own sandbox and approvals off (the container is the sandbox).
 var codexArgs = []string{"codex", "exec", "--json",
 	"--skip-git-repo-check", "--ephemeral", "--dangerously-bypass-approvals-and-sandbox",
 	"-c", "model_provider=fake", "-c", "model=fake-model",
-	"-c", `model_providers.fake={name="fake", base_url="http://provider.test/v1", env_key="OPENAI_API_KEY", wire_api="responses"}`,
+	"-c", `model_providers.fake={name="fake", base_url="https://provider.test/v1", env_key="OPENAI_API_KEY", wire_api="responses"}`,
 	"Write codex-wrote.txt in the workspace."}
 
 // withoutProxyVariables makes a command ignore the gateway's proxies: its
@@ -214,17 +219,23 @@ var withoutProxyVariables = []string{"env", "-u", "HTTP_PROXY", "-u", "HTTPS_PRO
 
 // TestRealAgentCodex runs `codex exec` in a profile extending strict, as a
 // user that is not root when the test can make one: Codex asks the fake
-// provider, which answers with a shell tool call that writes a file in
-// /workspace, then with a final message once it has the tool's output. It
-// runs twice: through the proxy variables, which Codex follows, and with them
-// unset, through the transparent path (the gateway's DNS and forwarding).
+// provider, over TLS, which answers with a shell tool call that writes a
+// file in /workspace, then with a final message once it has the tool's
+// output. Its key is brokered, as strict brokers OPENAI_API_KEY (here to
+// provider.test too): Codex, unchanged, holds the sentinel and sends it;
+// the provider gets the real key, behind the gateway's TLS (the provider's
+// CA is the profile's upstream_ca). It runs twice: through the proxy
+// variables, which Codex follows, and with them unset, through the
+// transparent path (the gateway's DNS and its TLS listener).
 func TestRealAgentCodex(t *testing.T) {
 	s := newSandbox(t)
 	image := codexImage(t)
-	network, provider := fakeProvider(t, codexToolCommand)
-	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+network, "OPENAI_API_KEY=sk-e2e-not-a-key")
-	p := s.Profile(fmt.Sprintf("extends: strict\nimage: %s\nnetwork:\n  allow: [provider.test]\n  deny: [%s]\n",
-		image, strings.Join(strictNames(t), ", ")))
+	network, provider, certs := fakeProvider(t, codexToolCommand)
+	const key = "sk-e2e-not-a-key"
+	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+network, "OPENAI_API_KEY="+key)
+	p := s.Profile(fmt.Sprintf("extends: strict\nimage: %s\nnetwork:\n  allow: [provider.test]\n  deny: [%s]\n  upstream_ca: %s\n"+
+		"secrets:\n  OPENAI_API_KEY: {from: {env: OPENAI_API_KEY}, hosts: [provider.test]}\n",
+		image, strings.Join(strictNames(t), ", "), filepath.Join(certs, "ca.pem")))
 	run := codexLauncher(t, s)
 
 	for _, way := range []struct {
@@ -258,6 +269,18 @@ func TestRealAgentCodex(t *testing.T) {
 			want := fmt.Sprintf("tool ran as %d:%d", run.uid, run.gid)
 			if !strings.Contains(saw, "tool call ") || !strings.Contains(saw, "tool output ") || !strings.Contains(saw, want) || !strings.Contains(saw, "final message") {
 				t.Errorf("want a tool call, its output with %q and a final message in the provider's log:\n%s", want, saw)
+			}
+			// The provider got the real key on every request; the sandbox
+			// held a sentinel (the tool said what it saw, less its random
+			// end); nothing printed the key.
+			if n, m := strings.Count(saw, "request POST "), strings.Count(saw, `authorization "Bearer `+key+`"`); n < 2 || m != n {
+				t.Errorf("%d requests, %d with the real key: want every one brokered:\n%s", n, m, saw)
+			}
+			if !strings.Contains(saw, `key inside: propio-sentinel-OPENAI_API_KEY`) || strings.Contains(saw, "key inside: "+key) {
+				t.Errorf("the tool does not report a sentinel inside:\n%s", saw)
+			}
+			if strings.Contains(r.Stdout+r.Stderr, key) {
+				t.Errorf("the key shows in the launcher's output:\n%s", r)
 			}
 			if !codexSaid(r.Stdout, "done: "+want) {
 				t.Errorf("codex's events lack the final message %q:\n%s", "done: "+want, r.Stdout)

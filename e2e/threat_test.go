@@ -43,7 +43,8 @@ func TestThreatModelBuiltins(t *testing.T) {
 			}
 			isolationWriteFile(t, filepath.Join(s.Home, ".aws", "credentials"), "[default]\nkey = "+secret+"-aws\n")
 			s.Env = append(s.Env, "AWS_SECRET_ACCESS_KEY="+secret+"-env", "GITHUB_TOKEN="+secret+"-gh",
-				"PROPIO_SANDBOX_TEST_DISK=64m") // the disk cap, lowered for the test
+				"MISTRAL_API_KEY="+secret+"-provider", // brokered by strict and standard, passed by no built-in
+				"PROPIO_SANDBOX_TEST_DISK=64m")        // the disk cap, lowered for the test
 
 			script := `
 echo "dotenv=[$(cat .env)]"
@@ -51,6 +52,8 @@ echo "hardlink=[$(cat notes.txt)]"
 echo "pem=[$(cat certs/server.pem)]"
 echo "aws=[$(cat "$1/.aws/credentials" 2>&1)]"
 echo "env=[${AWS_SECRET_ACCESS_KEY:-unset} ${GITHUB_TOKEN:-unset}]"
+echo "provider=[${MISTRAL_API_KEY%-*}]"
+echo "found=[$(grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e "$4" / | head -3)]"
 echo "socket=[$(ls /var/run/docker.sock /run/docker.sock /run/podman/podman.sock 2>&1 | tr '\n' ' ')]"
 echo "outside=[$(touch /usr/local/bin/planted 2>&1)]"
 echo "config=[$(echo "[core] fsmonitor = $2" 2>&1 >> .git/config)]"
@@ -86,7 +89,7 @@ echo done`
 			if name == "offline" {
 				memory = "memory"
 			}
-			r := s.Run("", "-p", name, "--", "bash", "-c", script, "attack", s.Home, payload, memory)
+			r := s.Run("", "-p", name, "--", "bash", "-c", script, "attack", s.Home, payload, memory, secret+"-provider")
 			if r.Code != 0 || !strings.Contains(r.Stdout, "done") {
 				t.Fatalf("the attack script did not run to its end:\n%s", r)
 			}
@@ -124,6 +127,15 @@ echo done`
 			}
 			if !strings.Contains(r.Stdout, "hook=[attack: line") || !strings.Contains(r.Stdout, ".git/hooks/pre-commit: Read-only file system]") {
 				t.Errorf("%s: a hook could be written:\n%s", name, r)
+			}
+			// A provider key is a sentinel inside where a built-in brokers
+			// it, and nothing where none passes it; its value is in no file.
+			provider := "provider=[]"
+			if name == "strict" || name == "standard" {
+				provider = "provider=[propio-sentinel-MISTRAL_API_KEY]"
+			}
+			if !strings.Contains(r.Stdout, provider) || !strings.Contains(r.Stdout, "found=[]") {
+				t.Errorf("%s: want %q and nothing found:\n%s", name, provider, r)
 			}
 			if strings.Contains(r.Stdout+r.Stderr, secret) {
 				t.Errorf("%s: a secret reached the sandbox or the output:\n%s", name, r)

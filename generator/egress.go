@@ -144,7 +144,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 
 	command := []string{"gateway", "--address", gw.String(), "--log", path.Join(GatewayLogDir, decisionlog.FileName(o.Project)), "--profile", egressSource(p)}
 	for _, r := range p.Network.Allow {
-		command = append(command, "--allow", r.Text)
+		command = append(command, "--allow", r.Flag())
 	}
 	if len(p.Network.Deny) > 0 {
 		pos := p.Pos("network", "deny")
@@ -204,6 +204,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 			Bind: &types.ServiceVolumeBind{CreateHostPath: false},
 		})
 	}
+	brokered := brokering(p, h, o, &g, agent)
 	g.Networks = map[string]*types.ServiceNetworkConfig{
 		SandboxNetwork: {Ipv4Address: gw.String()},
 		OutsideNetwork: nil,
@@ -240,7 +241,7 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 	} {
 		agent.Environment[k] = ptr(v)
 	}
-	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project)}, nil
+	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project), Broker: brokered}, nil
 }
 
 // AskDir is the ask directory of project under base (Host.AskDir): the

@@ -58,6 +58,9 @@ type ExtensionGateway struct {
 	Subnet netip.Prefix
 	// Log is the name of the gateway's decision log in Host.LogDir.
 	Log string
+	// Broker is what the launcher does for credential brokering; nil when
+	// the gateway opens no connection.
+	Broker *ExtensionBroker
 }
 
 // Set puts the extension on svc, in place of the one it has.
@@ -87,7 +90,15 @@ func (e Extension) value() map[string]any {
 		m["changeset"] = c
 	}
 	if g := e.Gateway; g != nil {
-		m["gateway"] = map[string]any{"image": g.Image, "subnet": g.Subnet.String(), "log": g.Log}
+		gm := map[string]any{"image": g.Image, "subnet": g.Subnet.String(), "log": g.Log}
+		if b := g.Broker; b != nil {
+			secrets := map[string]any{}
+			for name, from := range b.Secrets {
+				secrets[name] = from
+			}
+			gm["broker"] = map[string]any{"opens": b.Opens, "secrets": secrets}
+		}
+		m["gateway"] = gm
 	}
 	return m
 }
@@ -146,6 +157,21 @@ func readExtension(svc types.ServiceConfig) (Extension, error) {
 			var err error
 			if gw.Subnet, err = netip.ParsePrefix(s); err != nil {
 				r.fail(at, "subnet", err)
+			}
+		}
+		if b, ok := r.mapping(g, at, "broker"); ok {
+			at := at + ".broker"
+			gw.Broker = &ExtensionBroker{Secrets: map[string]string{}}
+			switch v := b["opens"].(type) {
+			case bool:
+				gw.Broker.Opens = v
+			case string:
+				gw.Broker.Opens = v == "true"
+			}
+			if s, ok := r.mapping(b, at, "secrets"); ok {
+				for name := range s {
+					gw.Broker.Secrets[name] = r.str(s, at+".secrets", name)
+				}
 			}
 		}
 		e.Gateway = gw

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,20 @@ func TestExtensionRoundTrip(t *testing.T) {
 			} else if allowlist {
 				subnet, _ := generator.PickSubnet(project, nil)
 				want := generator.ExtensionGateway{Image: generator.DefaultGatewayImage, Subnet: subnet, Log: decisionlog.FileName(project)}
-				if *got.Gateway != want {
+				if b := got.Gateway.Broker; b != nil {
+					// What the launcher reads for the secrets given, by
+					// name, and where from; never a value.
+					var names []string
+					for name := range b.Secrets {
+						names = append(names, name)
+					}
+					slices.Sort(names)
+					if !b.Opens || !slices.Equal(names, generator.ActiveSecrets(p, h)) {
+						t.Errorf("broker %+v, want it to open connections and read %v", b, generator.ActiveSecrets(p, h))
+					}
+					want.Broker = b
+				}
+				if !reflect.DeepEqual(*got.Gateway, want) {
 					t.Errorf("gateway %+v, want %+v", *got.Gateway, want)
 				}
 			}

@@ -67,6 +67,17 @@ type Host struct {
 	// ResolvDir is the host directory of the resolv.conf files that point an
 	// allowlist sandbox's DNS at its gateway (ResolvConf names one).
 	ResolvDir string
+	// BrokerDir is the host directory of the broker directories of
+	// allowlist sandboxes, one per project, each mounted into its gateway
+	// only (package broker); CADir that of their trust files, one per
+	// project, each mounted read-only into its sandbox.
+	BrokerDir, CADir string
+	// TrustStore is where the image keeps its trust store (PEM), over which
+	// the run's bundle is mounted; "" is SystemTrustStore.
+	TrustStore string
+	// SystemRoots is the host's trust store (PEM), mounted into a gateway
+	// that verifies upstreams; "" when the host has none in a file.
+	SystemRoots string
 	// GitConfig are the user's git configuration files that exist
 	// (~/.gitconfig, ~/.config/git/config, ~/.gitignore_global).
 	GitConfig []string

@@ -128,6 +128,12 @@ func collect(e *jsonschema.ValidationError, out *[]Violation) {
 		})
 		return
 	}
+	switch e.ErrorKind.(type) {
+	case *kind.OneOf, *kind.AnyOf:
+		if alternatives(e, out) {
+			return
+		}
+	}
 	if len(e.Causes) > 0 {
 		for _, c := range e.Causes {
 			collect(c, out)
@@ -175,8 +181,55 @@ func collect(e *jsonschema.ValidationError, out *[]Violation) {
 	case *kind.MinLength:
 		*out = append(*out, Violation{Path: path, Message: "must not be empty"})
 		return
+	case *kind.MaxProperties:
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("%d fields, and at most %d may be set", k.Got, k.Want)})
+		return
+	case *kind.MinProperties:
+		*out = append(*out, Violation{Path: path, Message: fmt.Sprintf("%d fields, and at least %d must be set", k.Got, k.Want)})
+		return
 	}
 	*out = append(*out, Violation{Path: path, Message: e.ErrorKind.LocalizedString(printer)})
+}
+
+// alternatives reports the violations of a value that matches none of the
+// alternatives (oneOf, anyOf) of its schema: those of the alternatives of
+// its type (a string rule's, not the mapping form's "got string, want
+// object"), or, when its type is none of theirs, the types it may be. It
+// reports false when it cannot tell.
+func alternatives(e *jsonschema.ValidationError, out *[]Violation) bool {
+	var kept []*jsonschema.ValidationError
+	var want []string
+	got := ""
+	for _, c := range e.Causes {
+		if t := typeOnly(c); t != nil {
+			want, got = append(want, t.Want...), t.Got
+			continue
+		}
+		kept = append(kept, c)
+	}
+	if len(kept) == 0 && got != "" {
+		*out = append(*out, Violation{Path: slices.Clone(e.InstanceLocation), Message: fmt.Sprintf("got %s, want %s", got, strings.Join(want, " or "))})
+		return true
+	}
+	if len(kept) == 0 {
+		return false
+	}
+	for _, c := range kept {
+		collect(c, out)
+	}
+	return true
+}
+
+// typeOnly is the type mismatch e amounts to (through the references that
+// lead to it), or nil when it says more.
+func typeOnly(e *jsonschema.ValidationError) *kind.Type {
+	for len(e.Causes) == 1 {
+		e = e.Causes[0]
+	}
+	if t, ok := e.ErrorKind.(*kind.Type); ok && len(e.Causes) == 0 {
+		return t
+	}
+	return nil
 }
 
 // patternHint says, for a field checked by a pattern, what is expected there.
@@ -216,8 +269,12 @@ func patternHint(path []string) string {
 		return "want a path relative to the workspace"
 	case field == "pass":
 		return "want a variable name or a glob such as AWS_*"
-	case field == "allow" || field == "deny":
+	case field == "allow" || field == "deny" || field == "host" || field == "hosts":
 		return "want a host: a name, *.name or an address, with :port if needed (no scheme or path)"
+	case field == "methods":
+		return "want an HTTP method in upper case, such as GET, or * for any"
+	case field == "paths":
+		return "want a path pattern from /, such as /repos/**"
 	case field == "bandwidth":
 		return "want a rate such as 10mbit (bit, kbit, mbit or gbit per second)"
 	case field == "required" || parent == "set" || field == "set":

@@ -30,7 +30,8 @@ type options struct {
 	cacert  string
 	noProxy bool
 	socks   bool
-	failErr bool // fetch: exit 1 after printing a non-2xx answer, as curl --fail-with-body
+	failErr bool   // fetch: exit 1 after printing a non-2xx answer, as curl --fail-with-body
+	bearer  string // a variable whose value every request carries as its bearer token
 }
 
 // parse reads cmd's flags, wherever they are among the arguments ("--"
@@ -46,6 +47,7 @@ func parse(cmd string, args []string, n int, timeout time.Duration, web bool) (o
 		fs.BoolVar(&o.noProxy, "no-proxy", false, "ignore the proxy variables")
 		fs.BoolVar(&o.socks, "socks", false, "use the SOCKS5 proxy in ALL_PROXY")
 		fs.BoolVar(&o.failErr, "fail", false, "exit 1 after printing an answer that is not 2xx")
+		fs.StringVar(&o.bearer, "bearer-env", "", "send the value of this variable as the bearer token")
 	}
 	var pos []string
 	for rest := args; len(rest) > 0; {
@@ -241,7 +243,22 @@ func client(o options) *http.Client {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
 	}
+	if o.bearer != "" {
+		return &http.Client{Transport: bearer{tr, "Bearer " + os.Getenv(o.bearer)}}
+	}
 	return &http.Client{Transport: tr}
+}
+
+// bearer sends every request with an Authorization header.
+type bearer struct {
+	rt   http.RoundTripper
+	auth string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.auth)
+	return b.rt.RoundTrip(r)
 }
 
 // fetch prints the status and the start of the body of one GET.

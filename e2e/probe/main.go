@@ -29,13 +29,15 @@
 //
 // fetch, download and latency take the proxy from HTTP_PROXY, HTTPS_PROXY and
 // NO_PROXY unless given --no-proxy, or ALL_PROXY (socks5:// or socks5h://)
-// with --socks; --cacert FILE trusts only the CA in FILE. Flags may go
+// with --socks; --cacert FILE trusts only the CA in FILE; --bearer-env VAR
+// sends VAR's value as a bearer token. Flags may go
 // anywhere among the arguments; "--" ends them.
 //
 // The stand-in for an internet server, run until killed:
 //
 //	probe serve NAME              HTTP on :80 and, given /certs/server.pem and /certs/server.key, HTTPS on :443:
 //	                              GET /bytes/N sends N zero bytes (?rate=B: at B bytes a second), any other path answers "NAME http HOST PATH";
+//	                              /h/..., /echo, /git/..., /sse and /release show and ask for credentials and stream events (serveCredentials);
 //	                              TCP on :22 and :7 greets "NAME tcp PORT" then echoes lines;
 //	                              UDP on :53 and :9 answers each datagram with "NAME udp PORT".
 //	                              It prints "serving NAME" once listening, then one line per event:
@@ -46,7 +48,7 @@
 //
 // The stand-in for an LLM provider, run until killed (see provider.go):
 //
-//	probe provider CMD            OpenAI's Responses API on :80: a turn is answered with a call of the
+//	probe provider CMD            OpenAI's Responses API on :80 (and :443, given /certs as serve's): a turn is answered with a call of the
 //	                              agent's shell tool running CMD, the turn that brings the tool's output
 //	                              with a final message "done: LAST LINE OF THE OUTPUT". It prints
 //	                              "serving provider", then "request METHOD PATH from ADDR",

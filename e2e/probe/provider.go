@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -16,15 +17,18 @@ import (
 // running cmd; a turn that carries the tool's output is answered with a final
 // message that quotes the output's last line. Every other request gets a 404.
 //
-// It prints "serving provider" once listening on :80, then one line per
-// event: "request METHOD PATH from ADDR", "tool call TOOL CALLID",
-// "tool output CALLID: OUTPUT" (OUTPUT quoted), "final message".
+// It prints "serving provider" once listening on :80 (and on :443, over
+// TLS, given /certs/server.pem and /certs/server.key), then one line per
+// event: "request METHOD PATH from ADDR", "authorization AUTH" (quoted),
+// "tool call TOOL CALLID", "tool output CALLID: OUTPUT" (quoted), "final
+// message".
 func provider(cmd string) {
 	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", httpPort))
 	check(err)
 	var calls atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		say("request %s %s from %s", r.Method, r.URL.Path, r.RemoteAddr)
+		say("authorization %q", r.Header.Get("Authorization"))
 		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/responses") {
 			http.NotFound(w, r)
 			return
@@ -51,6 +55,13 @@ func provider(cmd string) {
 		}
 		writeEvents(w, id, events)
 	})
+	if cert, err := tls.LoadX509KeyPair("/certs/server.pem", "/certs/server.key"); err == nil {
+		tln, err := net.Listen("tcp", fmt.Sprintf(":%d", httpsPort))
+		check(err)
+		srv := newServer(h)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+		go func() { fail(srv.ServeTLS(tln, "", "")) }()
+	}
 	say("serving provider")
 	fail(newServer(h).Serve(ln))
 }

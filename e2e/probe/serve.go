@@ -99,17 +99,72 @@ func newServer(h http.Handler) *http.Server {
 }
 
 // handler answers GET /bytes/N with N zero bytes and anything else with
-// "NAME http HOST PATH", HOST being the Host header.
+// "NAME http HOST PATH", HOST being the Host header; see serveCredentials
+// for the paths that show credentials.
 func handler(name string) http.Handler {
+	release := make(chan struct{}, 1)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		say("http %s %s from %s", r.Host, r.URL.Path, r.RemoteAddr)
 		if s, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
 			zeros.Serve(w, r, s)
 			return
 		}
+		if serveCredentials(w, r, release) {
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintf(w, "%s http %s %s\n", name, r.Host, r.URL.Path)
 	})
+}
+
+// serveCredentials serves the paths of the brokering tests, and reports
+// whether r was one of them:
+//
+//	/h/...      prints "headers PROTO METHOD PATH authorization=%q x-api-key=%q", answers as any path
+//	/echo       answers with the Authorization header it got (a careless server)
+//	/git/...    asks for Basic credentials (401) until it gets some, then prints them as /h/ does and answers 404
+//	/sse        server-sent events: "data: first", then, once /release is asked, "data: second"
+//	/release    lets /sse go on
+func serveCredentials(w http.ResponseWriter, r *http.Request, release chan struct{}) bool {
+	headers := func() {
+		say("headers %s %s %s authorization=%q x-api-key=%q", r.Proto, r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"))
+	}
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/h/"):
+		headers()
+		return false
+	case p == "/echo":
+		headers()
+		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
+	case strings.HasPrefix(p, "/git/"):
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "credentials, please", http.StatusUnauthorized)
+			return true
+		}
+		headers()
+		http.NotFound(w, r)
+	case p == "/sse":
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return true
+		case <-time.After(time.Minute):
+		}
+		fmt.Fprint(w, "data: second\n\n")
+	case p == "/release":
+		select {
+		case release <- struct{}{}:
+		default:
+		}
+		fmt.Fprintln(w, "released")
+	default:
+		return false
+	}
+	return true
 }
 
 // loggingListener prints "conn PORT from ADDR" for every connection it

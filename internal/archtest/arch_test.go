@@ -59,6 +59,10 @@ func TestLayering(t *testing.T) {
 		// The decision log store owns a file format: nothing of ours, so
 		// the generator may name its files and the gateway write them.
 		module + "/internal/decisionlog": {module + "/"},
+		// Brokering's material (the run's CA, its file for the gateway, the
+		// sandbox's trust files) is a format too: the generator names its
+		// files, the launch writes them, the gateway reads them.
+		module + "/internal/broker": {module + "/"},
 		// The ask protocol (its types, the host's client, the gateway's
 		// broker) is shared by the CLI's frontends and the gateway: it
 		// depends on nothing of ours, so both may import it.

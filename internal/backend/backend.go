@@ -58,6 +58,14 @@ type Runtime interface {
 	// containers (in its VM, when it runs in one), looking through a
 	// container of image that it never starts.
 	PathExists(ctx context.Context, image, path string) (bool, error)
+	// ImageID is the engine's ID of the image ref, which changes with its
+	// content.
+	ImageID(ctx context.Context, ref string) (string, error)
+	// ImageFile reads, through a container of image that it never starts,
+	// the first of paths that is a file in the image (a symbolic link
+	// followed within the image), at most max bytes: the path and its
+	// content. None of them there is no error: path is "".
+	ImageFile(ctx context.Context, image string, paths []string, max int64) (path string, data []byte, err error)
 
 	// CreateVolumes creates the project's own volumes (not its external
 	// ones) with their labels, marks them external in project, so that Run

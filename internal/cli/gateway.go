@@ -33,6 +33,13 @@ type gatewayFlags struct {
 	// grants, as N=RULE.
 	grants                string
 	grantAllow, grantDeny []string
+	// secrets are NAME=RULE, a host each secret may go to; broker the
+	// directory of the run's CA and secrets; upstreamCA a PEM file of CAs;
+	// methods the default methods of the allow rules.
+	secrets    []string
+	broker     string
+	upstreamCA string
+	methods    string
 }
 
 func newGateway(a *app) *cobra.Command {
@@ -43,8 +50,11 @@ func newGateway(a *app) *cobra.Command {
 		Long: `Serve the egress gateway of a sandbox with network.mode allowlist: an HTTP proxy
 (port 3128, with CONNECT), a SOCKS5 proxy (1080), a DNS server (53) that answers
 allowed names with the gateway's address and refuses the rest, TLS routing by SNI
-(443), HTTP routing by Host (80) and TCP forwards for host:port rules. Every
-decision is appended to the log as a JSON line.
+(443), HTTP routing by Host (80) and TCP forwards for host:port rules. The
+hosts of --secret and of allow rules with methods or paths it opens: TLS
+terminated with the run's CA (from the run's file in --broker), each request
+judged, sentinels replaced with the secrets' values. Every decision is
+appended to the log as a JSON line.
 
 run starts it in its own container, from an image made of this very binary; there
 is no need to start it by hand.`,
@@ -67,6 +77,10 @@ is no need to start it by hand.`,
 	fl.IntVar(&f.gid, "gid", -1, "with --uid: serve as group `GID`")
 	fl.StringVar(&f.ask, "ask", "", "ask about destinations no rule matches, serving ask.sock in `DIR` (with its sandbox.json)")
 	fl.DurationVar(&f.askTime, "ask-timeout", 60*time.Second, "with --ask: deny a request nobody decided within `DURATION`")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "`NAME=RULE`: the real value of secret NAME may go to the hosts of RULE (once per rule)")
+	fl.StringVar(&f.broker, "broker", "", "take the run's CA and secrets from the run's file in `DIR` (at start, and whenever one is written)")
+	fl.StringVar(&f.upstreamCA, "upstream-ca", "", "trust the CA certificates of PEM `FILE` for the upstreams the gateway opens, beside the system's")
+	fl.StringVar(&f.methods, "methods", "", "the HTTP `METHODS` (GET,HEAD) an allow rule that names none lets through")
 	return cmd
 }
 
@@ -88,7 +102,7 @@ func (a *app) gateway(cmd *cobra.Command, f gatewayFlags) error {
 
 // options parses the flags into what the gateway serves.
 func (f gatewayFlags) options() (gatewayd.Options, error) {
-	o := gatewayd.Options{Profile: f.profile, DenyAt: f.denyAt, Log: f.log, Virtual: f.virtual, Ask: f.ask, AskTimeout: f.askTime}
+	o := gatewayd.Options{Profile: f.profile, DenyAt: f.denyAt, Log: f.log, Virtual: f.virtual, Ask: f.ask, AskTimeout: f.askTime, Broker: f.broker, UpstreamCA: f.upstreamCA}
 	if f.uid >= 0 {
 		o.User = &gatewayd.User{UID: f.uid, GID: f.gid}
 	}
@@ -96,7 +110,25 @@ func (f gatewayFlags) options() (gatewayd.Options, error) {
 	if o.Address, err = netip.ParseAddr(f.address); err != nil {
 		return o, fmt.Errorf("--address: %q is not an IP address", f.address)
 	}
-	if o.Policy, err = egress.ParsePolicy(f.allow, f.deny); err != nil {
+	if o.Policy, err = egress.ParsePolicy(nil, f.deny); err != nil {
+		return o, err
+	}
+	for i, a := range f.allow {
+		r, err := egress.ParseFlagRule(a)
+		if err != nil {
+			return o, fmt.Errorf("allow[%d]: %w", i, err)
+		}
+		o.Policy.Allow = append(o.Policy.Allow, r)
+	}
+	if f.methods != "" {
+		o.Policy.Methods = strings.Split(f.methods, ",")
+		for _, m := range o.Policy.Methods {
+			if err := egress.ParseMethod(m); err != nil {
+				return o, fmt.Errorf("--methods: %w", err)
+			}
+		}
+	}
+	if o.Secrets, err = gatewayd.ParseSecrets(f.secrets); err != nil {
 		return o, err
 	}
 	if err := f.addGrants(&o.Policy); err != nil {

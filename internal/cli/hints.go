@@ -43,6 +43,7 @@ func hintError(err error, p *profile.Profile, ref string) error {
 		mnts  *hostinfo.MountsError
 		grant *sandbox.GrantsError
 		gfile *sandbox.GrantsFileError
+		sec   *sandbox.SecretError
 	)
 	switch {
 	case err == nil:
@@ -63,6 +64,8 @@ func hintError(err error, p *profile.Profile, ref string) error {
 		return withHint(err, "write "+mnts.Var+" as SRC:DST[:ro|rw],... with absolute paths and existing sources, or unset it")
 	case errors.As(err, &grant):
 		return fmt.Errorf("loading %s, with the engine's socket at %s: %w", loading(ref), grant.Socket, grant.Err)
+	case errors.As(err, &sec):
+		return withHint(err, "make its source give the value, or drop the secret in a profile of your own: secrets: {"+sec.Name+": null}")
 	case errors.As(err, &gfile):
 		return withHint(err, "fix the line it names, or remove the file to drop every grant of this workspace (`"+name+" grants` lists them once it reads)")
 	}

@@ -108,6 +108,12 @@ func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 	fmt.Fprintln(tw, "TIME\tDECISION\tBY\tVIA\tDESTINATION\tCLIENT\tWHY\tUP\tDOWN")
 	for _, en := range entries {
 		why := en.Reason
+		if en.Status != 0 {
+			why += fmt.Sprintf(" [%d]", en.Status)
+		}
+		if b := en.Brokering(); b != "" {
+			why += " {" + b + "}"
+		}
 		if en.Error != "" {
 			why += " (" + en.Error + ")"
 		}

@@ -85,19 +85,52 @@ type Entry struct {
 	// "memory 4.0GiB, pids 500", "port 3000", a host path.
 	Kind  string `json:"kind,omitempty"`
 	Asked string `json:"asked,omitempty"`
+	// An HTTP request the gateway saw whole (a connection whose TLS it
+	// terminated, or plain HTTP): its Method, its Path (never the query),
+	// and the Status it was answered with.
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Status int    `json:"status,omitempty"`
+	// Secrets are the variables whose real values the gateway put in the
+	// request's headers, in place of their sentinels. Sentinels are those
+	// whose sentinels left as the sandbox sent them: to a host the secret
+	// does not name, or outside the headers. Masked are those whose real
+	// values the response carried, masked before it reached the sandbox.
+	// Names only, never a value.
+	Secrets   []string `json:"secrets,omitempty"`
+	Sentinels []string `json:"sentinels,omitempty"`
+	Masked    []string `json:"masked,omitempty"`
 }
 
 // Destination is what e was about, as `logs` shows it: host:port (a name
-// alone for a DNS query), or, for an agent's request, its kind and what it
-// asked for.
+// alone for a DNS query), METHOD host:port/path for an HTTP request the
+// gateway saw whole, or, for an agent's request, its kind and what it asked
+// for.
 func (e Entry) Destination() string {
 	switch {
 	case e.Kind != "":
 		return e.Kind + " " + e.Asked
+	case e.Method != "":
+		return e.Method + " " + net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))) + e.Path
 	case e.Port != 0:
 		return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))
 	}
 	return e.Host
+}
+
+// Brokering says what the gateway did with secrets in e, for `logs`: the
+// secrets put in, the sentinels left, the values masked; "" for none.
+func (e Entry) Brokering() string {
+	var parts []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"put in", e.Secrets}, {"sentinel left", e.Sentinels}, {"masked in the response", e.Masked}} {
+		if len(p.names) > 0 {
+			parts = append(parts, p.what+": "+strings.Join(p.names, ", "))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // ByWho is who decided e: DecidedBy, or rule for an entry without one (the

@@ -44,6 +44,11 @@ type Rule struct {
 	// decisions name it: grant:FILE:N for the user's grant N in FILE
 	// (internal/grants). Empty for a profile's rule.
 	Origin string
+	// Methods and Paths limit the HTTP requests an allow rule lets through
+	// (limits.go): nil is any method (the policy's Methods, when it has
+	// them), any path.
+	Methods []string
+	Paths   []string
 }
 
 // Name is how decisions name the rule: its Origin, else its text.
@@ -188,11 +193,22 @@ func (r Rule) matches(host string, addr netip.Addr, port uint16) bool {
 	return host == r.Host
 }
 
+// Covers reports whether the rule names host (a name or an address, as
+// Decide takes it) on port, whatever it allows or denies there.
+func (r Rule) Covers(host string, port uint16) bool {
+	h, addr := normalHost(host)
+	return r.matches(h, addr, port)
+}
+
 // Policy is a profile's allow and deny rules, with the user's grants
 // among them (rules with an Origin); deny wins over allow.
 type Policy struct {
 	Allow []Rule
 	Deny  []Rule
+	// Methods are the methods an allow rule that names none of its own lets
+	// through (network.methods: GET, HEAD and OPTIONS are "read-only web");
+	// nil is any.
+	Methods []string
 }
 
 // ParsePolicy parses the allow and deny lists, returning every error.
@@ -246,25 +262,22 @@ type Decision struct {
 	// address AlwaysDenied reports, the container engine's API port, or a
 	// host that is not a valid name.
 	AlwaysDenied bool
+	// Request is set when the destination is allowed but the request is
+	// not, by the methods or paths of its rules (DecideRequest).
+	Request bool
 }
 
 // Decide says whether host:port may be reached. host is a name or an
 // address. What AlwaysDenied reports and the container engine's API ports
 // are always denied, and a raw address only passes an address rule.
 func (p Policy) Decide(host string, port uint16) Decision {
-	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	addr, err := netip.ParseAddr(host)
-	if err == nil {
-		addr = addr.Unmap()
+	host, addr := normalHost(host)
+	if addr.IsValid() {
 		if why := AlwaysDeniedReason(addr); why != "" {
 			return Decision{Reason: why, AlwaysDenied: true}
 		}
-	} else {
-		addr = netip.Addr{}
-		if checkName(host) != nil {
-			return Decision{Reason: "not a valid host name", AlwaysDenied: true}
-		}
+	} else if checkName(host) != nil {
+		return Decision{Reason: "not a valid host name", AlwaysDenied: true}
 	}
 	if enginePort(port) {
 		return Decision{Reason: engineReason, AlwaysDenied: true}
@@ -283,6 +296,18 @@ func (p Policy) Decide(host string, port uint16) Decision {
 		return Decision{Reason: "raw addresses are denied unless an address rule allows them"}
 	}
 	return Decision{Reason: "no network.allow rule matches"}
+}
+
+// normalHost is host as Decide reads it: lower case, without a trailing
+// dot or brackets, and its address when it is one (else the zero Addr).
+func normalHost(host string) (string, netip.Addr) {
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host, netip.Addr{}
+	}
+	return host, addr.Unmap()
 }
 
 // Suggest is the rule that would allow host:port, for the hint in a denial.

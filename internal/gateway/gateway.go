@@ -23,12 +23,14 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/ask"
@@ -70,6 +72,19 @@ type Config struct {
 	// Ask, when set (network.unlisted: ask), is asked about a connection or
 	// a lookup that no rule matches, which waits for its answer (ask.go).
 	Ask *ask.Broker
+	// Secrets are the variables whose sentinels the gateway replaces with
+	// their real values, and the hosts each may go to (broker.go); the
+	// values and the run's CA come with SetRun. The connections to those
+	// hosts, and to those whose requests the Policy limits, the gateway
+	// opens (intercept.go), and never forwards in the kernel.
+	Secrets []SecretHosts
+	// UpstreamRoots verify the upstreams of the connections the gateway
+	// opens; nil: the system's roots.
+	UpstreamRoots *x509.CertPool
+
+	run       atomic.Pointer[run]
+	iceptOnce sync.Once
+	icept     *interceptor
 
 	asked remembered // the run's decisions of the user's
 

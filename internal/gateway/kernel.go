@@ -127,7 +127,9 @@ func (c *Config) virtualAnswer(ctx context.Context, name string) (netip.Addr, bo
 		}
 	}
 	ports := c.allowedPorts(name)
-	if !up.IsValid() || len(ports) == 0 {
+	if !up.IsValid() || len(ports) == 0 || c.interceptsName(name, ports) {
+		// The gateway's own address: its listeners decide, and open
+		// what they must see (a secret's host, limited requests).
 		return netip.Addr{}, false, nil
 	}
 	t := c.virtual
@@ -242,6 +244,10 @@ func (c *Config) ServeCatch(l net.Listener) error {
 			return
 		}
 		e := c.decide(conn.RemoteAddr(), "nat", name, dst.Port())
+		if e.Allowed && c.intercepts(name, dst.Port()) {
+			c.interceptPeeked(ctx, conn, &target{host: name, port: dst.Port(), via: "nat", decided: e}, e)
+			return
+		}
 		if e.Allowed {
 			// Allowed, but not forwarded: the mapping changed under the
 			// connection. Carry it in user space.

@@ -79,6 +79,17 @@ func (c *Config) connect(ctx context.Context, conn net.Conn, br *bufio.Reader, r
 	}
 	e := c.decideAsk(ctx, conn.RemoteAddr(), "connect", host, port)
 	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
+	if e.Allowed && c.intercepts(host, port) {
+		// Opened by the gateway: each request goes upstream on its own.
+		if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			e.Error = err.Error()
+			c.record(e)
+			return
+		}
+		conn.SetDeadline(time.Time{})
+		c.interceptPeeked(ctx, &bufferedConn{Conn: conn, r: br}, &target{host: host, port: port, via: "connect", decided: e}, e)
+		return
+	}
 	up, status, body := c.open(ctx, &e, timeout)
 	if up == nil {
 		c.record(e)
@@ -149,6 +160,27 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 	}
 	e := c.decideAsk(ctx, conn.RemoteAddr(), "http", host, port)
 	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
+	run := c.run.Load()
+	var masking []liveSecret
+	if e.Allowed && c.intercepts(host, port) {
+		// A request the gateway sees whole: judged by its method and path,
+		// and brokered.
+		e.Method, e.Path = req.Method, req.URL.Path
+		if d := c.Policy.DecideRequest(host, port, req.Method, req.URL.Path, req.URL.EscapedPath()); !d.Allowed && d.Request {
+			e.Allowed, e.Rule, e.Reason, e.Status = false, d.Rule, d.Reason, http.StatusForbidden
+			c.record(e)
+			refuse(conn, http.StatusForbidden, c.RequestDenialHint(host, port, req.Method, req.URL.Path, d))
+			return false
+		}
+		masking = run.values(host, port)
+	}
+	e.Secrets, e.Sentinels = run.brokerHeaders(host, port, req.Header)
+	for _, name := range run.sentinelsIn(req.URL.RawQuery + req.URL.EscapedPath()) {
+		e.Sentinels = appendOnce(e.Sentinels, name)
+	}
+	if len(e.Secrets)+len(e.Sentinels) > 0 {
+		e.Method, e.Path = req.Method, req.URL.Path // a request the log names whole
+	}
 	up, status, body := c.open(ctx, &e, timeout)
 	if up == nil {
 		c.record(e)
@@ -170,6 +202,13 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 		return false
 	}
 	defer resp.Body.Close()
+	if len(masking) > 0 {
+		maskHeaders(resp.Header, masking, &e.Masked)
+		resp.Body = newMasker(resp.Body, masking, resp.Trailer, &e.Masked)
+	}
+	if e.Method != "" {
+		e.Status = resp.StatusCode
+	}
 	keepAlive, err := respond(resp, clientKeepAlive, down)
 	e.BytesUp, e.BytesDown = sent.n, down.n
 	if err != nil {

@@ -103,7 +103,7 @@ type explicitGateway struct {
 // newExplicitGateway starts both servers with the given rules; tweak, if not
 // nil, edits the Config first. Cleanup closes the listeners and checks that
 // both Serve calls return nil.
-func newExplicitGateway(t *testing.T, allow, deny []string, tweak func(*Config)) *explicitGateway {
+func newExplicitGateway(t testing.TB, allow, deny []string, tweak func(*Config)) *explicitGateway {
 	t.Helper()
 	p, err := egress.ParsePolicy(allow, deny)
 	if err != nil {
@@ -120,7 +120,7 @@ func newExplicitGateway(t *testing.T, allow, deny []string, tweak func(*Config))
 }
 
 // startServing runs serve on a loopback listener until the test ends.
-func startServing(t *testing.T, serve func(net.Listener) error) string {
+func startServing(t testing.TB, serve func(net.Listener) error) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -334,7 +334,7 @@ func startHTTPUpstream(t *testing.T, tlsToo bool) *httptest.Server {
 	return s
 }
 
-func serverPort(t *testing.T, s *httptest.Server) uint16 {
+func serverPort(t testing.TB, s *httptest.Server) uint16 {
 	t.Helper()
 	u, err := url.Parse(s.URL)
 	if err != nil {

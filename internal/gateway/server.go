@@ -276,6 +276,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	err := s.closeListeners()
 	s.wg.Wait()
+	s.cfg.stopIntercepting()
 	return err
 }
 

@@ -112,6 +112,17 @@ func (c *Config) serveSOCKSConn(ctx context.Context, conn net.Conn, timeout time
 
 	e = c.decideAsk(ctx, conn.RemoteAddr(), "socks5", host, port)
 	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
+	if e.Allowed && c.intercepts(host, port) {
+		// Opened by the gateway: each request goes upstream on its own.
+		if _, err := conn.Write(socksReply(socksSucceeded, nil)); err != nil {
+			e.Error = err.Error()
+			c.record(e)
+			return
+		}
+		conn.SetDeadline(time.Time{})
+		c.interceptPeeked(ctx, conn, &target{host: host, port: port, via: "socks5", decided: e}, e)
+		return
+	}
 	up, code := c.openSOCKS(ctx, &e, timeout)
 	if up == nil {
 		conn.Write(socksReply(code, nil))

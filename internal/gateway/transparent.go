@@ -39,11 +39,14 @@ func (c *Config) ServeTLS(l net.Listener, port uint16) error {
 		}
 		_ = conn.SetReadDeadline(time.Time{})
 		e := c.decideAsk(ctx, conn.RemoteAddr(), "sni", name, port)
-		if !e.Allowed {
+		switch {
+		case !e.Allowed:
 			c.resetRefused(conn, e)
-			return
+		case c.intercepts(name, port):
+			c.intercept(ctx, &bufferedConn{Conn: conn, r: replay}, &target{host: name, port: port, tls: true, via: "sni", decided: e}, e)
+		default:
+			c.forwardAllowed(ctx, conn, replay, e)
 		}
-		c.forwardAllowed(ctx, conn, replay, e)
 	})
 }
 
@@ -69,6 +72,10 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 			writeHTTPRefusal(conn, "403 Forbidden", c.DenialHint(host, port))
 			return
 		}
+		if c.intercepts(host, port) {
+			c.intercept(ctx, &bufferedConn{Conn: conn, r: replay}, &target{host: host, port: port, via: "host", decided: e}, e)
+			return
+		}
 		up, err := c.dialChecked(ctx, &e)
 		if up == nil {
 			_ = c.Log.Write(e)
@@ -91,11 +98,14 @@ func (c *Config) ServeHostHTTP(l net.Listener, port uint16) error {
 func (c *Config) ServeForward(l net.Listener, host string, port uint16) error {
 	return c.acceptEach(l, "tcp", func(ctx context.Context, conn net.Conn) {
 		e := c.decide(conn.RemoteAddr(), "tcp", host, port)
-		if !e.Allowed {
+		switch {
+		case !e.Allowed:
 			c.resetRefused(conn, e)
-			return
+		case c.intercepts(host, port):
+			c.interceptPeeked(ctx, conn, &target{host: host, port: port, via: "tcp", decided: e}, e)
+		default:
+			c.forwardAllowed(ctx, conn, conn, e)
 		}
-		c.forwardAllowed(ctx, conn, conn, e)
 	})
 }
 

@@ -64,6 +64,16 @@ type Options struct {
 	Ask string
 	// AskTimeout is how long an asking connection waits for a decision.
 	AskTimeout time.Duration
+	// Secrets are the variables whose sentinels the gateway replaces, and
+	// the hosts each may go to.
+	Secrets []gateway.SecretHosts
+	// Broker is the run's broker directory (package broker): the gateway
+	// takes the run's CA and secrets from the file there, at start and
+	// whenever a run writes one. "": it opens no connection over TLS.
+	Broker string
+	// UpstreamCA is a PEM file of CA certificates the gateway trusts for
+	// the upstreams it opens, beside the system's.
+	UpstreamCA string
 }
 
 // User is a user a gateway started as root serves as: for a UID above 0 it
@@ -106,9 +116,12 @@ func serve(ctx context.Context, o Options) error {
 		}
 	}
 	defer log.Close()
-	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth}
+	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth, Secrets: o.Secrets}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	if err := brokering(ctx, cfg, &o); err != nil {
+		return err
+	}
 	if o.Virtual != "" && o.Bandwidth == 0 {
 		if note := kernelForwarding(ctx, cfg, o.Virtual, o.Address.Unmap()); note != "" {
 			o.report("note: %s", note)
@@ -142,7 +155,7 @@ func serve(ctx context.Context, o Options) error {
 	if cfg.Kernel != nil {
 		how = "to allowed names forwarded by the kernel through " + o.Virtual
 	}
-	o.report("serving on %s (%d allow, %d deny rules; connections %s)", o.Address, len(o.Policy.Allow), len(o.Policy.Deny), how)
+	o.report("serving on %s (%d allow, %d deny rules, %d secrets; connections %s)", o.Address, len(o.Policy.Allow), len(o.Policy.Deny), len(o.Secrets), how)
 	return srv.Serve()
 }
 

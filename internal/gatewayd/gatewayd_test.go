@@ -115,7 +115,7 @@ func TestServeAppendsToTheLog(t *testing.T) {
 	o := options(t, []string{"allowed.test"}, port, r)
 	o.Log = path
 	lines, stop := start(t, o, r)
-	if want := "serving on 127.0.0.1 (1 allow, 0 deny rules; connections relayed in user space)"; lines[len(lines)-1] != want {
+	if want := "serving on 127.0.0.1 (1 allow, 0 deny rules, 0 secrets; connections relayed in user space)"; lines[len(lines)-1] != want {
 		t.Errorf("reported %q, want %q", lines[len(lines)-1], want)
 	}
 
@@ -151,7 +151,7 @@ func TestReportsWhatItCannotDo(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], `note: --virtual "nope": `) || !strings.HasSuffix(lines[0], "; relaying in user space") ||
-		lines[1] != "serving on 127.0.0.1 (1 allow, 0 deny rules; connections relayed in user space)" {
+		lines[1] != "serving on 127.0.0.1 (1 allow, 0 deny rules, 0 secrets; connections relayed in user space)" {
 		t.Errorf("reported %q, want a note on --virtual and that it serves, relaying in user space", lines)
 	}
 }

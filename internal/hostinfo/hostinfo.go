@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/docker/go-units"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/profile"
@@ -158,6 +160,10 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 	if p.Network.Mode == "allowlist" {
 		h.LogDir = dirs.LogDir()
 		h.ResolvDir = dirs.ResolvDir()
+		if h.BrokerDir, h.CADir, err = broker.BaseDirs(); err != nil {
+			return generator.Host{}, nil, err
+		}
+		h.SystemRoots = SystemRoots(os.LookupEnv)
 	}
 	if p.Network.Asks() {
 		if h.AskDir, err = ask.BaseDir(); err != nil {
@@ -383,3 +389,38 @@ func Guard(p *profile.Profile, h *generator.Host) guard.Plan {
 	}
 	return plan
 }
+
+// trustStores are where Linux distributions keep the system's trust store
+// as one PEM file (Go's crypto/x509 looks there too): Debian and Ubuntu,
+// Fedora and RHEL, openSUSE, OpenELEC, CentOS, Alpine.
+var trustStores = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/tls/cacert.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
+
+// SystemRoots is the host's trust store as a PEM file, which the gateway
+// verifies upstreams with: SSL_CERT_FILE when it names one, else the first
+// of the usual places that exists; "" elsewhere than on Linux (the gateway
+// then uses the roots built into it).
+func SystemRoots(lookup func(string) (string, bool)) string {
+	if runtime.GOOS != "linux" {
+		return ""
+	}
+	if f, ok := lookup("SSL_CERT_FILE"); ok && filepath.IsAbs(f) && isFile(f) {
+		return f
+	}
+	for _, f := range trustStores {
+		if isFile(f) {
+			return f
+		}
+	}
+	return ""
+}
+
+// TrustStores are the places an image's trust store may be, in the order
+// they are looked for.
+func TrustStores() []string { return slices.Clone(trustStores) }

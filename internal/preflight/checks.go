@@ -302,6 +302,13 @@ func MissingMounts(p *profile.Profile, h generator.Host, stat func(string) (fs.F
 		}
 		exist++
 	}
+	if ca := generator.UpstreamCA(p, h); ca != "" && p.Network.Mode == "allowlist" {
+		if _, err := stat(ca); err != nil {
+			missing = append(missing, fmt.Sprintf("%s: network.upstream_ca: %s does not exist", p.Pos("network", "upstream_ca"), ca))
+		} else {
+			exist++
+		}
+	}
 	return missing, exist
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/docker/go-units"
+	"github.com/propio/propio-sandbox/internal/egress"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -220,6 +221,18 @@ func (p *Profile) expandable() []struct {
 	for _, k := range sortedKeys(p.Env.Set) {
 		out = append(out, field{[]string{"env", "set", k}, p.Env.Set[k]})
 	}
+	for _, name := range p.SecretNames() {
+		from := p.Secrets[name].From
+		if from.File != "" {
+			out = append(out, field{[]string{"secrets", name, "from", "file"}, from.File})
+		}
+		for i, a := range from.Command {
+			out = append(out, field{[]string{"secrets", name, "from", "command", strconv.Itoa(i)}, a})
+		}
+	}
+	if p.Network.UpstreamCA != "" {
+		out = append(out, field{[]string{"network", "upstream_ca"}, p.Network.UpstreamCA})
+	}
 	return out
 }
 
@@ -309,8 +322,8 @@ func (p *Profile) Check() error {
 	}
 
 	for i, name := range p.Env.Required {
-		if !MatchesAny(p.Env.Pass, name) {
-			add(fmt.Sprintf("%s is required but not passed, so the sandbox would never see it", name), fmt.Sprintf("add %s to env.pass", name), "env", "required", strconv.Itoa(i))
+		if !MatchesAny(p.Env.Pass, name) && !p.secretFromEnv(name) {
+			add(fmt.Sprintf("%s is required but not passed, so the sandbox would never see it", name), fmt.Sprintf("add %s to env.pass, or read a secret from it", name), "env", "required", strconv.Itoa(i))
 		}
 	}
 
@@ -365,6 +378,7 @@ func (p *Profile) Check() error {
 	errs = append(errs, p.checkUnsafe(nil)...)
 	p.checkAgentRequests(add)
 	p.checkEgress(add)
+	p.checkSecrets(add)
 	p.checkChangeset(add)
 	seen := map[string]bool{}
 	for i, c := range p.Checks {
@@ -397,7 +411,7 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 			name string
 			set  bool
 		}{{"allow", len(n.Allow) > 0}, {"deny", len(n.Deny) > 0}, {"join", len(n.Join) > 0}, {"bandwidth", n.Bandwidth.IsSet()},
-			{"unlisted", n.Unlisted == UnlistedAsk}, {"ask_timeout", n.AskTimeout != 0}} {
+			{"unlisted", n.Unlisted == UnlistedAsk}, {"ask_timeout", n.AskTimeout != 0}, {"methods", len(n.Methods) > 0}, {"upstream_ca", n.UpstreamCA != ""}} {
 			if f.set {
 				add(fmt.Sprintf("applies only to network.mode allowlist, and the mode is %s", n.Mode),
 					"set network.mode: allowlist, or remove network."+f.name, "network", f.name)
@@ -410,14 +424,33 @@ func (p *Profile) checkEgress(add func(msg, hint string, path ...string)) {
 		rules []Rule
 	}{{"allow", n.Allow}, {"deny", n.Deny}} {
 		for i, r := range list.rules {
-			if err := r.problem(); err != nil {
+			switch err := r.problem(); {
+			case err != nil && r.limits && r.Rule.Host == "" && !r.Addr.IsValid():
+				add(err.Error(), "write a name (api.example.com), *.name for its subdomains, or an address; add :port for a port other than 80 and 443",
+					"network", list.name, strconv.Itoa(i), "host")
+			case err != nil && r.limits:
+				add(err.Error(), "write methods in upper case (GET, POST, or * for any) and paths from / (/repos/**)", "network", list.name, strconv.Itoa(i))
+			case err != nil:
 				add(err.Error(), "write a name (api.example.com), *.name for its subdomains, or an address; add :port for a port other than 80 and 443",
 					"network", list.name, strconv.Itoa(i))
+			case r.limits && list.name == "deny":
+				add("a deny rule denies the whole host: it takes no methods or paths", "limit the requests in network.allow", "network", list.name, strconv.Itoa(i))
 			}
 		}
 	}
 	if n.Bandwidth.err != nil {
 		add(n.Bandwidth.err.Error(), "", "network", "bandwidth")
+	}
+	for i, m := range n.Methods {
+		if err := egress.ParseMethod(m); err != nil {
+			add(err.Error(), "", "network", "methods", strconv.Itoa(i))
+		}
+	}
+	if slices.Contains(n.Methods, egress.AnyMethod) && len(n.Methods) > 1 {
+		add("* is any method: name no other beside it", "", "network", "methods")
+	}
+	if n.UpstreamCA != "" && !isAbsLike(n.UpstreamCA) && n.UpstreamCADir == "" {
+		add("a built-in profile's upstream_ca must be absolute", "", "network", "upstream_ca")
 	}
 	switch n.Unlisted {
 	case "", UnlistedDeny, UnlistedAsk:

@@ -12,7 +12,8 @@ import (
 // parsed once when the profile is decoded.
 type Rule struct {
 	egress.Rule
-	err error // why Text is not a rule, for Check to report
+	err    error // why Text is not a rule, for Check to report
+	limits bool  // written as a mapping, with its limits
 }
 
 // ParseRule reads one entry of network.allow or network.deny.
@@ -21,10 +22,33 @@ func ParseRule(s string) (Rule, error) {
 	return Rule{Rule: r, err: err}, err
 }
 
-// UnmarshalYAML reads a rule. One that does not parse is kept with its
-// error, for Check to report at its position with every other problem; a
-// value that is not a string fails the decode as a list of strings would.
+// ruleLimits is an allow rule written as a mapping: the rule and the limits
+// on its HTTP requests.
+type ruleLimits struct {
+	Host    string   `yaml:"host"`
+	Methods []string `yaml:"methods,omitempty"`
+	Paths   []string `yaml:"paths,omitempty"`
+}
+
+// UnmarshalYAML reads a rule: a string, or (in network.allow) a mapping
+// with its host and the methods and paths it limits requests to. One that
+// does not parse is kept with its error, for Check to report at its
+// position with every other problem; a value that is neither fails the
+// decode.
 func (r *Rule) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		var m ruleLimits
+		if err := n.Decode(&m); err != nil {
+			return err
+		}
+		*r, _ = ParseRule(m.Host)
+		if r.err == nil {
+			lim, err := r.Rule.WithLimits(m.Methods, m.Paths)
+			r.Rule, r.err = lim, err
+		}
+		r.limits = true
+		return nil
+	}
 	var s string
 	if err := n.Decode(&s); err != nil {
 		return err
@@ -32,6 +56,10 @@ func (r *Rule) UnmarshalYAML(n *yaml.Node) error {
 	*r, _ = ParseRule(s)
 	return nil
 }
+
+// Limited reports whether the rule limits methods or paths (written as a
+// mapping).
+func (r Rule) Limited() bool { return len(r.Methods) > 0 || len(r.Paths) > 0 }
 
 // problem is why the rule is not one: the error it was decoded with, or for
 // a null entry, which YAML decodes without asking the rule, that it is empty.
@@ -42,8 +70,14 @@ func (r Rule) problem() error {
 	return r.err
 }
 
-// MarshalYAML writes the rule as the profile wrote it.
-func (r Rule) MarshalYAML() (any, error) { return r.Text, nil }
+// MarshalYAML writes the rule as the profile wrote it: its text, or a
+// mapping with its limits.
+func (r Rule) MarshalYAML() (any, error) {
+	if !r.limits && !r.Limited() {
+		return r.Text, nil
+	}
+	return ruleLimits{Host: r.Text, Methods: r.Methods, Paths: r.Paths}, nil
+}
 
 // String is the rule as the profile wrote it.
 func (r Rule) String() string { return r.Text }

@@ -392,6 +392,10 @@ func decodeChain(ref string, chain []*Document, problems List, workspace, config
 	for i := range p.Mounts {
 		p.Mounts[i].Dir = p.src.dirOf("mounts", fmt.Sprint(i))
 	}
+	if p.Network.UpstreamCA != "" {
+		p.Network.UpstreamCADir = p.src.dirOf("network", "upstream_ca")
+	}
+	p.settleSecrets()
 	p.applyDefaults()
 	return p, problems, nil
 }

@@ -48,8 +48,11 @@ type Profile struct {
 	// inside, through /run/propio-sandbox/request.sock (RequestKinds);
 	// none (the default, and every built-in's) mounts no such socket.
 	AgentRequests []string `yaml:"agent_requests,omitempty"`
-	Meta          Meta     `yaml:"-"`
-	src           *resolved
+	// Secrets are the credentials the allowlist gateway brokers, by the
+	// variable that holds a sentinel inside (secrets.go).
+	Secrets map[string]*Secret `yaml:"secrets,omitempty"`
+	Meta    Meta               `yaml:"-"`
+	src     *resolved
 	// granted are the unsafe grants Load judged on the host and allowed.
 	granted []Grant
 }
@@ -155,6 +158,14 @@ type Network struct {
 	// AskTimeout is how long an asking connection waits for a decision
 	// before it is denied; zero: DefaultAskTimeout.
 	AskTimeout Duration `yaml:"ask_timeout,omitempty"`
+	// Methods are the HTTP methods an allow rule that names none lets
+	// through (read-only web: GET, HEAD, OPTIONS); none: any.
+	Methods []string `yaml:"methods,omitempty"`
+	// UpstreamCA is a PEM file of CA certificates the gateway trusts, beside
+	// the system's, for the upstreams whose TLS it terminates; relative to
+	// UpstreamCADir.
+	UpstreamCA    string `yaml:"upstream_ca,omitempty"`
+	UpstreamCADir string `yaml:"-"`
 }
 
 // Values of network.unlisted.
@@ -276,7 +287,7 @@ var replaced = map[string]bool{"command": true}
 // nodes with its inputs, so positions survive; new mapping and sequence nodes
 // are recorded as the child's. path is the dotted field path of the nodes.
 func merge(path string, parent, child *yaml.Node, origin map[*yaml.Node]*Document, childDoc *Document) *yaml.Node {
-	if parent == nil || replaced[path] {
+	if parent == nil || replaced[path] || secretFrom(path) {
 		return child
 	}
 	if child == nil {

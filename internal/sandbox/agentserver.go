@@ -237,7 +237,7 @@ func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, po
 		}
 	}
 	if err != nil {
-		dropAskDir(project)
+		dropRunDirs(project)
 		return nil, err
 	}
 	logDir := s.Env.Dirs.LogDir()
@@ -249,7 +249,7 @@ func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, po
 		log, err = decisionlog.Append(decisionlog.Path(logDir, project))
 	}
 	if err != nil {
-		dropAskDir(project)
+		dropRunDirs(project)
 		return nil, err
 	}
 	srv := &AgentServer{
@@ -262,13 +262,13 @@ func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, po
 	}
 	if err := srv.Start(ctx); err != nil {
 		log.Close()
-		dropAskDir(project)
+		dropRunDirs(project)
 		return nil, err
 	}
 	return func() {
 		srv.Close()
 		log.Close()
-		dropAskDir(project)
+		dropRunDirs(project)
 	}, nil
 }
 

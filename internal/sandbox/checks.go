@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -75,10 +76,11 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	o.Timeout = timeout
 	var project *types.Project
 	var err error
+	lookup := os.LookupEnv
 	// A check is no agent: it has no directory to make requests in.
 	adjust := func(h *generator.Host) { s.adjustAll(h); h.AgentDir = "" }
 	if s.Profile.Network.Mode == "allowlist" {
-		project, err = s.prepareGateway(ctx, o, adjust)
+		project, lookup, err = s.prepareGateway(ctx, o, adjust)
 	} else {
 		project, err = s.plan.Generate(o, adjust)
 	}
@@ -87,9 +89,9 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	}
 	// Its output (and what the engine says while starting it) is kept.
 	var out bytes.Buffer
-	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}})
+	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}, LookupEnv: lookup})
 	if s.Profile.Network.Mode == "allowlist" {
-		dropAskDir(o.Project)
+		dropRunDirs(o.Project)
 	}
 	switch {
 	case errors.Is(err, ErrTimeout):

@@ -12,6 +12,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
@@ -68,49 +69,85 @@ func GatewayOptions(o *generator.Options, dirs hostinfo.Dirs) error {
 
 // prepareGateway numbers the sandbox network apart from the engine's,
 // generates the project, makes sure the gateway's image exists (building it
-// from this executable when it does not) and starts the decision log.
-func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
+// from this executable when it does not), starts the decision log, and
+// hands the run its brokering (prepareBroker). It returns the project and
+// how its variables are filled in. What it made for the run is removed
+// when it fails.
+func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust func(*generator.Host)) (_ *types.Project, _ func(string) (string, bool), err error) {
 	used, err := l.rt.UsedSubnets(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if o.Subnet, err = generator.PickSubnet(o.Project, used); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if generator.Opens(l.plan.Profile, l.plan.host) {
+		// The image's own trust store, over which the run's is mounted.
+		store, _, err := l.trustStore(ctx, l.plan.Profile.Image)
+		if err != nil {
+			return nil, nil, err
+		}
+		adjust = withTrustStore(adjust, store)
 	}
 	project, err := l.plan.Generate(o, adjust)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := l.gatewayImage(ctx, o.GatewayImage); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dirs := l.plan.Env.Dirs
 	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			dropRunDirs(o.Project)
+		}
+	}()
 	if l.plan.Profile.Network.Asks() {
 		base, err := ask.BaseDir()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if _, err := ask.Make(base, o.Project, l.plan.Env.Workspace); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return project, nil
+	lookup, err := l.prepareBroker(ctx, project)
+	if err != nil {
+		return nil, nil, err
+	}
+	return project, lookup, nil
 }
 
-// dropAskDir removes the ask directory of project, once its gateway is
-// gone (frontends stop seeing the sandbox), and the agent's directory.
-func dropAskDir(project string) {
+// withTrustStore is adjust, and the image's trust store at path.
+func withTrustStore(adjust func(*generator.Host), path string) func(*generator.Host) {
+	return func(h *generator.Host) {
+		if adjust != nil {
+			adjust(h)
+		}
+		h.TrustStore = path
+	}
+}
+
+// dropRunDirs removes the ask directory of project, once its gateway is
+// gone (frontends stop seeing the sandbox), the agent's directory, the
+// broker directory (the run's file, if its gateway never took it) and the
+// sandbox's trust files.
+func dropRunDirs(project string) {
 	if base, err := ask.BaseDir(); err == nil {
 		_ = os.RemoveAll(generator.AskDir(base, project))
 	}
 	if base, err := ask.AgentBaseDir(); err == nil {
 		_ = os.RemoveAll(generator.AgentDir(base, project))
+	}
+	if brokers, cas, err := broker.BaseDirs(); err == nil {
+		_ = os.RemoveAll(filepath.Join(brokers, project))
+		_ = os.RemoveAll(filepath.Join(cas, project))
 	}
 }
 

@@ -79,6 +79,10 @@ type launch struct {
 	reclaimed []string
 	// mounts carries out the agent's mount requests of the current run.
 	mounts *Mounts
+	// values are the secrets' values, read once a launch; store is the
+	// image's trust store (secrets.go).
+	values map[string]string
+	store  *imageStore
 }
 
 // Run passes the preflight checks, launches the sandbox and waits for it to
@@ -299,8 +303,9 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 	allowlist := s.Profile.Network.Mode == "allowlist"
 	for attempt := 1; ; attempt++ {
 		var project *types.Project
+		lookup := os.LookupEnv
 		if allowlist {
-			project, err = s.prepareGateway(ctx, s.opts, s.adjustAll)
+			project, lookup, err = s.prepareGateway(ctx, s.opts, s.adjustAll)
 		} else {
 			project, err = s.plan.Generate(s.opts, s.adjustAll)
 		}
@@ -313,7 +318,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if err != nil {
 			ports.Close()
 			if allowlist {
-				dropAskDir(s.opts.Project)
+				dropRunDirs(s.opts.Project)
 			}
 			return 0, err
 		}
@@ -322,6 +327,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 			TTY:         s.TTY,
 			Interactive: true,
 			Build:       s.build,
+			LookupEnv:   lookup,
 			// The image check of preflight has just looked.
 			ImageChecked: true,
 			Ran: func() {
@@ -342,7 +348,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 			s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
 		}
 		if allowlist {
-			dropAskDir(s.opts.Project)
+			dropRunDirs(s.opts.Project)
 		}
 		// Another launcher took the same network at the same moment:
 		// number it again (prepareGateway picks among the subnets free now)

@@ -23,7 +23,7 @@ func removeLeftovers(ctx context.Context, rt backend.Runtime, list []backend.San
 			errs = append(errs, err)
 			continue
 		}
-		dropAskDir(s.Project)
+		dropRunDirs(s.Project)
 		removed = append(removed, s.Project)
 	}
 	return removed, errors.Join(errs...)

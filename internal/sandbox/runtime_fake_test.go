@@ -169,6 +169,14 @@ func (f *fakeRuntime) UsedSubnets(ctx context.Context) ([]netip.Prefix, error) {
 	return slices.Clone(f.subnets), f.step(ctx, "UsedSubnets")
 }
 
+func (f *fakeRuntime) ImageID(ctx context.Context, ref string) (string, error) {
+	return "sha256:" + ref, f.step(ctx, "ImageID", ref)
+}
+
+func (f *fakeRuntime) ImageFile(ctx context.Context, image string, paths []string, max int64) (string, []byte, error) {
+	return "", nil, f.step(ctx, "ImageFile", image)
+}
+
 func (f *fakeRuntime) PathExists(ctx context.Context, image, path string) (bool, error) {
 	return false, f.step(ctx, "PathExists", image, path)
 }

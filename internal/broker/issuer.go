@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+)
+
+// Issuer signs, with a run's CA, the certificates the gateway shows the
+// sandbox for the hosts whose TLS it terminates: one per host, made on
+// first use and kept, all with one key of the issuer's.
+type Issuer struct {
+	ca     *x509.Certificate
+	caKey  crypto.Signer
+	key    *ecdsa.PrivateKey
+	mu     sync.Mutex
+	leaves map[string]*tls.Certificate
+}
+
+// NewIssuer is an issuer for a run's CA.
+func NewIssuer(r Run) (*Issuer, error) {
+	ca, caKey, err := r.ParseCA()
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("making the gateway's certificate key: %w", err)
+	}
+	return &Issuer{ca: ca, caKey: caKey, key: key, leaves: map[string]*tls.Certificate{}}, nil
+}
+
+// CA is the run's CA certificate.
+func (i *Issuer) CA() *x509.Certificate { return i.ca }
+
+// maxLeaves bounds the certificates kept: a sandbox that names many hosts
+// makes the issuer sign again, not grow.
+const maxLeaves = 4096
+
+// Certificate is the certificate, with the CA's, for host: a name or an
+// address (an IPv6 one with or without brackets).
+func (i *Issuer) Certificate(host string) (*tls.Certificate, error) {
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if c, ok := i.leaves[host]; ok {
+		return c, nil
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: randomSerial(),
+		Subject:      pkix.Name{CommonName: host},
+		NotBefore:    i.ca.NotBefore,
+		NotAfter:     i.ca.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, a.AsSlice())
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, i.ca, &i.key.PublicKey, i.caKey)
+	if err != nil {
+		return nil, fmt.Errorf("signing a certificate for %s: %w", host, err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("signing a certificate for %s: %w", host, err)
+	}
+	c := &tls.Certificate{Certificate: [][]byte{der, i.ca.Raw}, PrivateKey: i.key, Leaf: leaf}
+	if len(i.leaves) >= maxLeaves {
+		clear(i.leaves)
+	}
+	i.leaves[host] = c
+	return c, nil
+}

@@ -1,0 +1,122 @@
+package gatewayd
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/propio/propio-sandbox/internal/broker"
+	"github.com/propio/propio-sandbox/internal/egress"
+	"github.com/propio/propio-sandbox/internal/gateway"
+
+	// The roots the gateway verifies upstreams with when its container has
+	// no system store (FROM scratch, on a host whose store is not mounted
+	// in, as on macOS): Mozilla's, as Debian's ca-certificates ships them.
+	_ "golang.org/x/crypto/x509roots/fallback"
+)
+
+// upstreamRoots are the roots the gateway verifies the upstreams whose TLS
+// it terminates with: the system's (the store mounted at its usual place,
+// else the ones built in) and the certificates of file, when given.
+func upstreamRoots(file string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if file == "" {
+		return pool, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: reading --upstream-ca: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("gateway: --upstream-ca %s holds no PEM certificate", file)
+	}
+	return pool, nil
+}
+
+// takeRun gives cfg the run's CA and secrets, from the run's file in the
+// broker directory, which it removes. A directory without one is no error
+// (a gateway prepared ahead of its run): intercepted connections are then
+// refused until a run's file comes (watchRuns).
+func takeRun(cfg *gateway.Config, dir string) (bool, error) {
+	r, err := broker.TakeRun(dir)
+	if errors.Is(err, broker.ErrNoRun) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("gateway: %w", err)
+	}
+	if err := cfg.SetRun(r); err != nil {
+		return false, fmt.Errorf("gateway: the run's secrets: %w", err)
+	}
+	return true, nil
+}
+
+// watchRuns takes each run's file written into dir from now on (a run that
+// adopts a gateway prepared ahead hands it its CA and secrets so), until
+// ctx ends, reporting each.
+func watchRuns(ctx context.Context, cfg *gateway.Config, dir string, o *Options) error {
+	return watchDir(ctx, dir, broker.RunFile, func() {
+		ok, err := takeRun(cfg, dir)
+		switch {
+		case err != nil:
+			o.report("note: %v", err)
+		case ok:
+			o.report("took a run's CA and secrets from %s", dir)
+		}
+	})
+}
+
+// brokering sets cfg up to open the connections it must see: the roots it
+// verifies upstreams with, the run's CA and secrets, and the watch for the
+// next run's.
+func brokering(ctx context.Context, cfg *gateway.Config, o *Options) error {
+	roots, err := upstreamRoots(o.UpstreamCA)
+	if err != nil {
+		return err
+	}
+	cfg.UpstreamRoots = roots
+	if o.Broker == "" {
+		return nil
+	}
+	took, err := takeRun(cfg, o.Broker)
+	if err != nil {
+		return err
+	}
+	if !took {
+		o.report("note: no run's CA and secrets in %s yet: the connections the gateway must open are refused until a run writes them", o.Broker)
+	}
+	if err := watchRuns(ctx, cfg, o.Broker, o); err != nil {
+		o.report("note: %v: a run's secrets written later are not taken", err)
+	}
+	return nil
+}
+
+// ParseSecrets reads --secret NAME=RULE flags into the secrets and their
+// hosts, in the order their names first come.
+func ParseSecrets(flags []string) ([]gateway.SecretHosts, error) {
+	var out []gateway.SecretHosts
+	for _, v := range flags {
+		name, text, ok := strings.Cut(v, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--secret %q: want NAME=RULE", v)
+		}
+		r, err := egress.ParseRule(text)
+		if err != nil {
+			return nil, fmt.Errorf("--secret %s: %w", name, err)
+		}
+		i := slices.IndexFunc(out, func(s gateway.SecretHosts) bool { return s.Name == name })
+		if i < 0 {
+			out = append(out, gateway.SecretHosts{Name: name})
+			i = len(out) - 1
+		}
+		out[i].Hosts = append(out[i].Hosts, r)
+	}
+	return out, nil
+}

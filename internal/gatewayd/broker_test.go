@@ -1,0 +1,102 @@
+package gatewayd
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/broker"
+)
+
+// TestTakesTheRun: the gateway takes the run's file at start, and each one
+// a run writes later (as into a gateway prepared ahead), leaving none on
+// disk; one that names a secret the gateway does not broker is refused and
+// said.
+func TestTakesTheRun(t *testing.T) {
+	dir, err := broker.MakeDir(t.TempDir(), "proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRun := func(name string) broker.Run {
+		ca, key, err := broker.NewCA([]string{"llm.test"}, nil, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return broker.Run{CA: ca, CAKey: key, Secrets: []broker.Secret{{Name: name, Sentinel: broker.NewSentinel(name), Value: "sk-value"}}}
+	}
+	if err := broker.WriteRun(dir, newRun("LLM_TOKEN")); err != nil {
+		t.Fatal(err)
+	}
+	r := &reports{}
+	o := options(t, []string{"llm.test"}, 0, r)
+	o.Log = filepath.Join(t.TempDir(), "log.jsonl")
+	o.Broker = dir
+	if o.Secrets, err = ParseSecrets([]string{"LLM_TOKEN=llm.test", "LLM_TOKEN=llm.test:8443"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Secrets) != 1 || len(o.Secrets[0].Hosts) != 2 {
+		t.Fatalf("ParseSecrets: %+v, want one secret with two hosts", o.Secrets)
+	}
+	lines, stop := start(t, o, r)
+	defer stop()
+	if want := "serving on 127.0.0.1 (1 allow, 0 deny rules, 1 secrets; connections relayed in user space)"; lines[len(lines)-1] != want {
+		t.Errorf("reported %q, want %q", lines, want)
+	}
+	gone := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(dir, broker.RunFile)); errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the run's file is still there 10s after it was written")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	gone()
+
+	if err := broker.WriteRun(dir, newRun("LLM_TOKEN")); err != nil {
+		t.Fatal(err)
+	}
+	gone()
+	if err := broker.WriteRun(dir, newRun("OTHER")); err != nil {
+		t.Fatal(err)
+	}
+	gone()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		got := slices.Clone(r.lines)
+		r.mu.Unlock()
+		took := slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "took a run's CA and secrets from "+dir) })
+		refused := slices.ContainsFunc(got, func(l string) bool {
+			return strings.Contains(l, "the run's secret OTHER is not one the gateway brokers")
+		})
+		if took && refused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reported %q: want a run taken, and OTHER refused", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, l := range r.lines {
+		if strings.Contains(l, "sk-value") {
+			t.Errorf("a report holds the value: %q", l)
+		}
+	}
+}
+
+func TestParseSecretsErrors(t *testing.T) {
+	for _, bad := range []string{"NOEQUALS", "=llm.test", "T=*.com"} {
+		if _, err := ParseSecrets([]string{bad}); err == nil {
+			t.Errorf("ParseSecrets(%q) took it", bad)
+		}
+	}
+}
