@@ -172,6 +172,9 @@ type Facts struct {
 	// Host is where the engine listens: unix:///var/run/docker.sock,
 	// tcp://...
 	Host string
+	// APIVersion is the version of the engine's API the connection speaks
+	// (a persistent sandbox's exec speaks it without asking again).
+	APIVersion string
 	// Rootless: the engine runs as an unprivileged user.
 	Rootless bool
 	// DockerDesktop: the engine is Docker Desktop's, in a VM.

@@ -84,23 +84,33 @@ func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust
 	if err := l.gatewayImage(ctx, o.GatewayImage); err != nil {
 		return nil, err
 	}
+	return project, l.gatewayFiles(o.Project, o.Subnet, true)
+}
+
+// gatewayFiles makes what the gateway of project, on subnet, reads and
+// writes on the host: the sandbox's resolv.conf, the decision log (started
+// when newLog, else appended to: a persistent sandbox started again), and
+// the ask directory when the profile asks.
+func (l *launch) gatewayFiles(project string, subnet netip.Prefix, newLog bool) error {
 	dirs := l.plan.Env.Dirs
-	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
-		return nil, err
+	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(subnet)); err != nil {
+		return err
 	}
-	if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
-		return nil, err
+	if newLog {
+		if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
+			return err
+		}
 	}
 	if l.plan.Profile.Network.Asks() {
 		base, err := ask.BaseDir()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if _, err := ask.Make(base, o.Project, l.plan.Env.Workspace); err != nil {
-			return nil, err
+		if _, err := ask.Make(base, project, l.plan.Env.Workspace); err != nil {
+			return err
 		}
 	}
-	return project, nil
+	return nil
 }
 
 // dropAskDir removes the ask directory of project, once its gateway is
