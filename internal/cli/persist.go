@@ -144,5 +144,5 @@ func (a *app) persistent(want string) (env, sandbox.Record, error) {
 
 // supervised: a supervisor holds the sandbox now.
 func supervised(rec sandbox.Record) bool {
-	return rec.Supervisor > 0 && !rec.Unsupervised() && rec.State != sandbox.StateStopped && rec.State != sandbox.StateGone
+	return rec.Supervised() && rec.State != sandbox.StateStopped && rec.State != sandbox.StateGone
 }

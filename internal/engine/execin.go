@@ -33,6 +33,8 @@ type ExecIO struct {
 	Command []string
 	// Env is added to the container's environment for the command.
 	Env []string
+	// WorkDir is where it runs; "" for the container's working directory.
+	WorkDir string
 	// TTY gives the command a terminal: In and Out are the launcher's
 	// terminal, put in raw mode while the command runs, its size followed.
 	TTY bool
@@ -63,8 +65,9 @@ func ExecIn(ctx context.Context, t ExecTarget, o ExecIO) (int, error) {
 		return 0, fmt.Errorf("connecting to %s: %w", t.Host, err)
 	}
 	defer c.Close()
+	size := consoleSize(o)
 	created, err := c.ExecCreate(ctx, t.Container, client.ExecCreateOptions{
-		Cmd: o.Command, Env: o.Env, TTY: o.TTY,
+		Cmd: o.Command, Env: o.Env, WorkingDir: o.WorkDir, TTY: o.TTY, ConsoleSize: size,
 		AttachStdin: o.In != nil, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -76,7 +79,7 @@ func ExecIn(ctx context.Context, t ExecTarget, o ExecIO) (int, error) {
 		stop := forward(o.Signal)
 		defer stop()
 	}
-	att, err := c.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: o.TTY})
+	att, err := c.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: o.TTY, ConsoleSize: size})
 	if err != nil {
 		return 0, execError(t, err)
 	}
@@ -146,6 +149,21 @@ func forward(f func(os.Signal)) (stop func()) {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// consoleSize is the size of the terminal a command with a TTY gets at
+// once (engines of API 1.42 and later take it with the exec; others get
+// it right after the start); zero without one.
+func consoleSize(o ExecIO) client.ConsoleSize {
+	f, ok := o.In.(interface{ Fd() uintptr })
+	if !o.TTY || !ok {
+		return client.ConsoleSize{}
+	}
+	ws, err := term.GetWinsize(f.Fd())
+	if err != nil {
+		return client.ConsoleSize{}
+	}
+	return client.ConsoleSize{Height: uint(ws.Height), Width: uint(ws.Width)}
 }
 
 // rawTerminal puts the terminal in in raw mode, as docker's exec does, and

@@ -122,6 +122,7 @@ func engineSockets(home string) []string { return engine.Sockets(os.Getenv, home
 // execIO is a command execIn runs, and its streams.
 type execIO struct {
 	Command, Env []string
+	WorkDir      string
 	TTY          bool
 	In           io.Reader
 	Out, Err     io.Writer
@@ -132,7 +133,7 @@ type execIO struct {
 // sandbox rec, through the engine's API, where rec says the container is.
 func execIn(ctx context.Context, rec Record, o execIO) (int, error) {
 	code, err := engine.ExecIn(ctx, engine.ExecTarget{Host: rec.Host, APIVersion: rec.APIVersion, Container: rec.Container},
-		engine.ExecIO{Command: o.Command, Env: o.Env, TTY: o.TTY, In: o.In, Out: o.Out, Err: o.Err, Signal: o.Signal})
+		engine.ExecIO{Command: o.Command, Env: o.Env, WorkDir: o.WorkDir, TTY: o.TTY, In: o.In, Out: o.Out, Err: o.Err, Signal: o.Signal})
 	switch {
 	case errors.Is(err, engine.ErrNoContainer):
 		return 0, &NotRunningError{Name: rec.Name, State: "broken", Why: "its container is no longer on the engine; down removes what is left"}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,7 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
@@ -61,7 +61,11 @@ type Record struct {
 	ID        string `json:"id"` // which sandbox of this name (LabelKeepID)
 	Project   string `json:"project"`
 	Workspace string `json:"workspace"`
-	Profile   string `json:"profile"` // the profile's file, as ls shows it
+	// Target is where the workspace is in the sandbox (workspace.target):
+	// exec from a directory below the workspace runs in the same one
+	// below it.
+	Target  string `json:"target"`
+	Profile string `json:"profile"` // the profile's file, as ls shows it
 	// Ref and Engine are how up named the profile (-p) and the engine
 	// (--engine): start loads them again.
 	Ref    string `json:"ref,omitempty"`
@@ -80,6 +84,9 @@ type Record struct {
 	Created    time.Time `json:"created"`
 	// Log is the supervisors' log.
 	Log string `json:"log"`
+
+	// held: a supervisor held the record's lock when it was read.
+	held bool
 }
 
 // Files of a record's directory.
@@ -145,7 +152,8 @@ const projectPrefix = "propio-"
 func projectOf(name string) string { return projectPrefix + name }
 func nameOf(project string) string { return strings.TrimPrefix(project, projectPrefix) }
 
-// readRecord reads the record in dir.
+// readRecord reads the record in dir, and whether a supervisor holds it
+// now.
 func readRecord(dir string) (Record, error) {
 	b, err := fsutil.ReadRegular(filepath.Join(dir, recordFile), 1<<20)
 	if err != nil {
@@ -154,6 +162,9 @@ func readRecord(dir string) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Record{}, fmt.Errorf("reading %s: %w", filepath.Join(dir, recordFile), err)
+	}
+	if r.Supervisor > 0 {
+		r.held = supervisorRuns(dir)
 	}
 	return r, nil
 }
@@ -197,7 +208,7 @@ func Records(dirs hostinfo.Dirs) ([]Record, error) {
 // current is the record as things are: a supervisor that is gone without
 // saying so (killed) leaves a sandbox that is not what its record says.
 func (r Record) current() Record {
-	if r.Supervisor > 0 && !backend.LauncherAlive(r.Supervisor, hostname()) {
+	if r.Supervisor > 0 && !r.held {
 		switch r.State {
 		case StateStarting:
 			r.State, r.Why = StateGone, "its supervisor was killed while it started"
@@ -211,8 +222,11 @@ func (r Record) current() Record {
 // Unsupervised: the record says a supervisor owns the sandbox, and that
 // supervisor is gone.
 func (r Record) Unsupervised() bool {
-	return r.Supervisor > 0 && !backend.LauncherAlive(r.Supervisor, hostname()) && r.State != StateStopped && r.State != StateGone
+	return r.Supervisor > 0 && !r.held && r.State != StateStopped && r.State != StateGone
 }
+
+// Supervised: a supervisor held the sandbox when its record was read.
+func (r Record) Supervised() bool { return r.held }
 
 func hostname() string { h, _ := os.Hostname(); return h }
 
@@ -242,7 +256,8 @@ func (e *SeveralError) Error() string {
 }
 
 // Find is the record of the persistent sandbox name, or, when name is "",
-// the one of workspace.
+// the one of workspace: of the directory, or of the closest directory
+// above it that has one.
 func Find(dirs hostinfo.Dirs, name, workspace string) (Record, error) {
 	if name != "" {
 		r, err := readRecord(keepDir(dirs, nameOf(name)))
@@ -257,7 +272,11 @@ func Find(dirs hostinfo.Dirs, name, workspace string) (Record, error) {
 	}
 	var mine []Record
 	for _, r := range all {
-		if r.Workspace == workspace {
+		switch {
+		case !fsutil.Within(r.Workspace, workspace):
+		case len(mine) == 0 || len(r.Workspace) > len(mine[0].Workspace):
+			mine = []Record{r}
+		case r.Workspace == mine[0].Workspace:
 			mine = append(mine, r)
 		}
 	}
@@ -272,7 +291,18 @@ func Find(dirs hostinfo.Dirs, name, workspace string) (Record, error) {
 		names = append(names, r.Name)
 	}
 	slices.Sort(names)
-	return Record{}, &SeveralError{Workspace: workspace, Names: names}
+	return Record{}, &SeveralError{Workspace: mine[0].Workspace, Names: names}
+}
+
+// WorkDir is where in the sandbox a command exec'd from the host directory
+// dir runs: the same directory below the workspace's target, when dir is
+// in the workspace; else the sandbox's working directory ("").
+func (r Record) WorkDir(dir string) string {
+	rel, ok := fsutil.Rel(r.Workspace, dir)
+	if !ok || rel == "." || r.Target == "" {
+		return ""
+	}
+	return path.Join(r.Target, filepath.ToSlash(rel))
 }
 
 // lockExclusive takes the file's lock, exclusive, without waiting: false
@@ -294,15 +324,44 @@ func lockExclusive(path string) (f *os.File, ok bool, err error) {
 	return f, true, nil
 }
 
-// SupervisorRuns reports whether a supervisor holds the sandbox in dir
-// now.
+// lockWait bounds how long a process that takes a record's lock waits for
+// one that only looks at it (supervisorRuns holds it for a moment).
+const lockWait = 2 * time.Second
+
+// takeLock takes the file's lock, exclusive, waiting at most wait for
+// another process to let go of it: false when one holds it still. The lock
+// lasts as long as the file.
+func takeLock(path string, wait time.Duration) (*os.File, bool, error) {
+	f, ok, err := lockExclusive(path)
+	if err != nil || ok {
+		return f, ok, err
+	}
+	f, err = os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	got := make(chan error, 1)
+	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err := <-got:
+		if err != nil {
+			f.Close()
+			return nil, false, err
+		}
+		return f, true, nil
+	case <-time.After(wait):
+		go func() { <-got; f.Close() }() // let go of it whenever it comes
+		return nil, false, nil
+	}
+}
+
+// supervisorRuns reports whether a supervisor holds the sandbox in dir
+// now: its lock is held. Looking takes the lock, shared, for a moment.
 func supervisorRuns(dir string) bool {
-	f, ok, err := lockExclusive(filepath.Join(dir, lockFile))
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false
 	}
-	if ok {
-		f.Close()
-	}
-	return !ok
+	defer f.Close()
+	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }

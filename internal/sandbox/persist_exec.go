@@ -20,7 +20,9 @@ import (
 // ExecRequest is a command to run in a persistent sandbox.
 type ExecRequest struct {
 	Dirs hostinfo.Dirs
-	// Name is the sandbox's; "" for Workspace's only one.
+	// Name is the sandbox's; "" for Workspace's only one. Workspace is the
+	// directory exec runs in: below a sandbox's workspace, the command
+	// runs in the same directory below the sandbox's.
 	Name, Workspace string
 	Command         []string
 	// TTY gives the command the launcher's terminal (Streams.In and Out
@@ -78,7 +80,7 @@ func Exec(ctx context.Context, req ExecRequest) (int, error) {
 		go signalExec(rec, id, sig)
 	}
 	return execIn(ctx, rec, execIO{
-		Command: req.Command, Env: []string{EnvExec + "=" + id}, TTY: req.TTY,
+		Command: req.Command, Env: []string{EnvExec + "=" + id}, TTY: req.TTY, WorkDir: rec.WorkDir(req.Workspace),
 		In: req.Streams.In, Out: req.Streams.Out, Err: req.Streams.Err, Signal: signalled,
 	})
 }

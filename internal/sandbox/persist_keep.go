@@ -92,7 +92,7 @@ func (k *Keep) open(l *Launch, project string) error {
 	if err := os.MkdirAll(k.dir, 0o700); err != nil {
 		return fmt.Errorf("making the record of sandbox %s: %w", nameOf(project), err)
 	}
-	lock, ok, err := lockExclusive(filepath.Join(k.dir, lockFile))
+	lock, ok, err := takeLock(filepath.Join(k.dir, lockFile), lockWait)
 	if err != nil {
 		return fmt.Errorf("taking the record of sandbox %s: %w", nameOf(project), err)
 	}
@@ -109,7 +109,7 @@ func (k *Keep) open(l *Launch, project string) error {
 			return &ExistsError{Name: old.Name, State: old.State, Workspace: old.Workspace}
 		}
 		k.rec = Record{
-			Name: nameOf(project), ID: k.ID, Project: project, Workspace: l.Env.Workspace,
+			Name: nameOf(project), ID: k.ID, Project: project, Workspace: l.Env.Workspace, Target: l.Profile.Workspace.Target,
 			Profile: l.Profile.Meta.File, Ref: l.Ref, Engine: l.Engine, Created: time.Now().UTC(), Log: k.Log,
 		}
 	}

@@ -38,7 +38,7 @@ func withRecords(list []backend.Sandbox, recs []Record, dirs hostinfo.Dirs) []Sa
 		shown[dir+"\x00"+r.ID] = true
 		out = append(out, Sandbox{
 			Project: r.Project, Workspace: r.Workspace, Profile: r.Profile,
-			PID: r.Supervisor, Host: host, Alive: r.Supervisor > 0 && backend.LauncherAlive(r.Supervisor, host),
+			PID: r.Supervisor, Host: host, Alive: r.Supervised(),
 			State: r.State, Created: r.Created, Persistent: true, Name: r.Name, Why: r.Why,
 			Keep: dir, KeepID: r.ID,
 		})

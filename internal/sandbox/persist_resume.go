@@ -114,7 +114,7 @@ func (k *Keep) loadProject(ctx context.Context) (*types.Project, error) {
 // forgotten.
 func Down(ctx context.Context, e Env, rec Record, c *Conn, r Reporter, w io.Writer) error {
 	k := &Keep{Record: &rec, down: true, dirs: e.Dirs, dir: keepDir(e.Dirs, rec.Name)}
-	lock, ok, err := lockExclusive(filepath.Join(k.dir, lockFile))
+	lock, ok, err := takeLock(filepath.Join(k.dir, lockFile), lockWait)
 	if err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func waitUnlocked(ctx context.Context, path string) error {
 // not). start resumes it.
 func StopUnsupervised(ctx context.Context, c *Conn, r Reporter, dirs hostinfo.Dirs, rec Record) error {
 	dir := keepDir(dirs, rec.Name)
-	lock, ok, err := lockExclusive(filepath.Join(dir, lockFile))
+	lock, ok, err := takeLock(filepath.Join(dir, lockFile), lockWait)
 	if err != nil || !ok {
 		return err // a supervisor holds it again
 	}
