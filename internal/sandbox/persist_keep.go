@@ -373,14 +373,14 @@ type GoneError struct{ Why string }
 
 func (e *GoneError) Error() string { return "the sandbox is gone: " + e.Why }
 
-// finish records how the supervisor's hold ended, and lets go of the
-// record: stopped and kept, removed (down: down forgets the record), or
+// finish records how the supervisor's hold ended: stopped and kept, removed (down: down forgets the record), or
 // gone, saying why. A sandbox that never ran leaves no record.
 func (k *Keep) finish(code int, err error) {
 	if k == nil || k.dir == "" {
 		return
 	}
-	defer k.close()
+	// The record's lock is let go with the process: free, the supervisor
+	// is gone.
 	if !k.ready {
 		if k.Record == nil {
 			os.RemoveAll(k.dir)
