@@ -17,34 +17,48 @@ func newLs(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls [--json]",
-		Short: "List the sandboxes on the engine: project, workspace, profile, launcher, state",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			dirs, err := hostinfo.UserDirs()
-			if err != nil {
-				return err
-			}
-			var list []sandbox.Sandbox
-			err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
-				list, err = sandbox.List(ctx, c, dirs)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if list == nil {
-					list = []sandbox.Sandbox{}
-				}
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(list)
-			}
-			return a.lsTable(list)
-		},
+		Short: "List the sandboxes on the engine, and the persistent ones: project, name, workspace, profile, launcher, state",
+		Long: `List the sandboxes on the engine, and your persistent sandboxes (up) as their records
+say, stopped and gone ones too. When the engine does not answer, the persistent
+sandboxes are listed from their records, and ls fails with the engine's error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.ls(asJSON) },
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+func (a *app) ls(asJSON bool) error {
+	dirs, err := hostinfo.UserDirs()
+	if err != nil {
+		return err
+	}
+	var list []sandbox.Sandbox
+	err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
+		list, err = sandbox.List(ctx, c, dirs)
+		return err
+	})
+	if err != nil {
+		// The persistent sandboxes, as their records say, then the error.
+		if list, rerr := sandbox.ListRecords(dirs); rerr == nil && len(list) > 0 {
+			a.lsPrint(list, asJSON)
+		}
+		return err
+	}
+	return a.lsPrint(list, asJSON)
+}
+
+// lsPrint prints the sandboxes as JSON or as a table.
+func (a *app) lsPrint(list []sandbox.Sandbox, asJSON bool) error {
+	if !asJSON {
+		return a.lsTable(list)
+	}
+	if list == nil {
+		list = []sandbox.Sandbox{}
+	}
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(list)
 }
 
 // lsTable prints the sandboxes as a table: a persistent sandbox's NAME,

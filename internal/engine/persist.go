@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -23,8 +24,13 @@ import (
 const stopTimeout = 10
 
 // Container is the ID of the container of the project's service, running
-// or not; "" when there is none.
+// or not; "" when there is none. An engine that does not take new
+// connections (it is away, or stopping) is an error wrapping
+// backend.ErrEngineGone, whatever its old connections still answer.
 func (e *Engine) Container(ctx context.Context, project, service string) (string, error) {
+	if !e.reachable() {
+		return "", classified{fmt.Errorf("the engine at %s does not answer", e.Host), backend.ErrEngineGone}
+	}
 	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
 		All: true,
 		Filters: make(client.Filters).Add("label", LabelProject+"="+project).
@@ -55,7 +61,13 @@ func (e *Engine) Wait(ctx context.Context, project, service string) (int, error)
 	select {
 	case res := <-w.Result:
 		if res.Error != nil && res.Error.Message != "" {
-			return 0, fmt.Errorf("waiting for %s: %s", project, res.Error.Message)
+			return 0, e.goneOr(fmt.Errorf("waiting for %s: %s", project, res.Error.Message))
+		}
+		// A Docker that is stopped closes its listener first, then stops
+		// its containers while it still serves the connections it had:
+		// the container ended because the engine goes away.
+		if !e.reachable() {
+			return 0, classified{fmt.Errorf("%s stopped with the engine (exit %d)", project, res.StatusCode), backend.ErrEngineGone}
 		}
 		return int(res.StatusCode), nil
 	case err := <-w.Error:
@@ -71,12 +83,29 @@ func (e *Engine) Wait(ctx context.Context, project, service string) (int, error)
 // goneOr is err, wrapping backend.ErrEngineGone when the engine does not
 // answer a ping now.
 func (e *Engine) goneOr(err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, perr := e.cli.Client().Ping(ctx, client.PingOptions{}); perr != nil {
+	if !e.reachable() {
 		return classified{err, backend.ErrEngineGone}
 	}
 	return err
+}
+
+// reachable reports whether the engine answers a ping on a new connection:
+// one that is stopping still serves those it had, not new ones. When it
+// does not, the client's idle connections go: they are to an engine that
+// is gone, or going.
+func (e *Engine) reachable() bool {
+	hc, base := podmanAPI(e.Host)
+	hc.Timeout = 5 * time.Second
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(base + "/_ping")
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		e.cli.Client().Close() // its idle connections; it goes on working
+		return false
+	}
+	return true
 }
 
 // Start starts the project's containers that are not running, the

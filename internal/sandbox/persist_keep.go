@@ -337,7 +337,8 @@ func (k *Keep) engineBack(ctx context.Context, r *run, w *diskWatch, replan func
 	k.rec.State, k.rec.Why = StateRestarting, "the engine went away"
 	k.rec.write(k.dir)
 	w.stop()
-	deadline := time.Now().Add(EngineWait)
+	wait := engineWait()
+	deadline := time.Now().Add(wait)
 	var id string
 	var err error
 	for pause := 250 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
@@ -353,7 +354,7 @@ func (k *Keep) engineBack(ctx context.Context, r *run, w *diskWatch, replan func
 	}
 	switch {
 	case err != nil && errors.Is(err, backend.ErrEngineGone):
-		return &GoneError{Why: fmt.Sprintf("the engine went away and did not come back within %s", EngineWait)}
+		return &GoneError{Why: fmt.Sprintf("the engine went away and did not come back within %s", wait)}
 	case err != nil:
 		return &GoneError{Why: fmt.Sprintf("the engine came back, and could not say where the sandbox is: %v", err)}
 	case id == "":

@@ -27,6 +27,16 @@ func List(ctx context.Context, c *Conn, dirs hostinfo.Dirs) ([]Sandbox, error) {
 	return withRecords(list, recs, dirs), nil
 }
 
+// ListRecords lists this user's persistent sandboxes as their records say,
+// without the engine (which does not answer).
+func ListRecords(dirs hostinfo.Dirs) ([]Sandbox, error) {
+	recs, err := Records(dirs)
+	if err != nil {
+		return nil, err
+	}
+	return withRecords(nil, recs, dirs), nil
+}
+
 // withRecords is the engine's list with each persistent sandbox shown
 // once, as its record says it is.
 func withRecords(list []backend.Sandbox, recs []Record, dirs hostinfo.Dirs) []Sandbox {
