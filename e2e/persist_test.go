@@ -312,6 +312,16 @@ func TestPersistentStopStart(t *testing.T) {
 	if e, ok := p.entry(t); !ok || e.State != "running" || !e.Alive || e.PID == before.PID {
 		t.Errorf("ls after start: %+v, want it running with a new supervisor", e)
 	}
+	// Stopped again, down removes it itself: no supervisor runs.
+	if r := s.Run("", "stop", p.name); r.Code != 0 {
+		t.Fatalf("stop:\n%s", r)
+	}
+	if r := s.Run("", "down", p.name); r.Code != 0 || !strings.Contains(r.Stdout, "removed "+p.name) {
+		t.Fatalf("down of a stopped sandbox:\n%s", r)
+	}
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("down of a stopped sandbox left %v", left)
+	}
 }
 
 // TestPersistentIdle: a sandbox that runs no command for resources.idle
@@ -381,32 +391,48 @@ func TestPersistentGC(t *testing.T) {
 	}
 }
 
-// TestPersistentChangeset: in changeset mode the sandbox writes to a
-// changeset, kept across stop and start; down seals it for review, and
-// the workspace is untouched until apply.
+// TestPersistentChangeset: in changeset mode (an overlay, or a copy in the
+// engine's volume) the sandbox writes to a changeset, kept across stop and
+// start; down seals it for review, from a running sandbox (its supervisor)
+// or a stopped one (down itself copies it back), and the workspace is
+// untouched until apply.
 func TestPersistentChangeset(t *testing.T) {
 	t.Parallel()
-	s := newSandbox(t)
-	isolationWriteFile(t, filepath.Join(s.Workspace, "notes.txt"), "original\n")
-	p := up(t, s, s.Profile(probeOffline), "--changeset")
-	probeOK(t, p.exec("", "/probe", "write", "/workspace/notes.txt", "changed inside\n"), "wrote")
-	isolationHasContent(t, filepath.Join(s.Workspace, "notes.txt"), "original\n")
-	if r := s.Run("", "stop", p.name); r.Code != 0 {
-		t.Fatalf("stop:\n%s", r)
+	for _, tc := range []struct {
+		mode            string
+		downWhenStopped bool
+	}{{"overlay", false}, {"copy", true}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			s := newSandbox(t)
+			s.Env = append(s.Env, "PROPIO_SANDBOX_CHANGESET_MODE="+tc.mode)
+			isolationWriteFile(t, filepath.Join(s.Workspace, "notes.txt"), "original\n")
+			p := up(t, s, s.Profile(probeOffline), "--changeset")
+			probeOK(t, p.exec("", "/probe", "write", "/workspace/notes.txt", "changed inside\n"), "wrote")
+			isolationHasContent(t, filepath.Join(s.Workspace, "notes.txt"), "original\n")
+			if r := s.Run("", "stop", p.name); r.Code != 0 {
+				t.Fatalf("stop:\n%s", r)
+			}
+			if r := s.Run("", "start", p.name); r.Code != 0 {
+				t.Fatalf("start:\n%s", r)
+			}
+			probeOK(t, p.exec("", "/probe", "read", "/workspace/notes.txt"), "changed inside")
+			if tc.downWhenStopped {
+				if r := s.Run("", "stop", p.name); r.Code != 0 {
+					t.Fatalf("stop:\n%s", r)
+				}
+			}
+			r := s.Run("", "down", p.name)
+			if r.Code != 0 || !strings.Contains(r.Stderr, "changeset ") {
+				t.Fatalf("down: want the changeset to review:\n%s", r)
+			}
+			diff := s.Run("", "diff")
+			if diff.Code != 0 || !strings.Contains(diff.Stdout, "+changed inside") {
+				t.Fatalf("diff after down:\n%s", diff)
+			}
+			isolationHasContent(t, filepath.Join(s.Workspace, "notes.txt"), "original\n")
+		})
 	}
-	if r := s.Run("", "start", p.name); r.Code != 0 {
-		t.Fatalf("start:\n%s", r)
-	}
-	probeOK(t, p.exec("", "/probe", "read", "/workspace/notes.txt"), "changed inside")
-	r := s.Run("", "down", p.name)
-	if r.Code != 0 || !strings.Contains(r.Stderr, "changeset ") {
-		t.Fatalf("down: want the changeset to review:\n%s", r)
-	}
-	diff := s.Run("", "diff")
-	if diff.Code != 0 || !strings.Contains(diff.Stdout, "+changed inside") {
-		t.Fatalf("diff after down:\n%s", diff)
-	}
-	isolationHasContent(t, filepath.Join(s.Workspace, "notes.txt"), "original\n")
 }
 
 // TestPersistentChecks: up passes the profile's declared checks first; one

@@ -1,13 +1,12 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -46,6 +45,12 @@ type Keep struct {
 	removed bool   // down removed it
 	why     string // why it ended by itself
 	down    bool   // ending it is all there is to do (Down)
+	// signals are what stop and down send the supervisor (SIGTERM); nil
+	// for the process's own.
+	signals Signals
+	// engineWait is how long to wait for an engine that went away; zero for
+	// engineWait().
+	engineWait time.Duration
 }
 
 // resuming: the sandbox exists, its containers stopped or running (start,
@@ -248,9 +253,13 @@ func (k *Keep) hold(ctx context.Context, r *run, w *diskWatch, replan func(conte
 	if k.down {
 		return 0, k.stop(ctx, r, endDown)
 	}
+	sigs := k.signals
+	if sigs == nil {
+		sigs = processSignals{}
+	}
 	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigc)
+	sigs.Notify(sigc)
+	defer sigs.Stop(sigc)
 	if err := k.running(ctx, r); err != nil {
 		return 0, err
 	}
@@ -337,7 +346,7 @@ func (k *Keep) engineBack(ctx context.Context, r *run, w *diskWatch, replan func
 	k.rec.State, k.rec.Why = StateRestarting, "the engine went away"
 	k.rec.write(k.dir)
 	w.stop()
-	wait := engineWait()
+	wait := cmp.Or(k.engineWait, engineWait())
 	deadline := time.Now().Add(wait)
 	var id string
 	var err error

@@ -59,6 +59,8 @@ type fakeRuntime struct {
 	// sandbox's container stops: Stop, Kill, or the test's end.
 	ended chan struct{}
 	code  int
+	// gone: the engine went away (goAway) while Wait waited.
+	gone bool
 }
 
 var _ backend.Runtime = (*fakeRuntime)(nil)
@@ -506,6 +508,10 @@ func (f *fakeRuntime) Wait(ctx context.Context, project, service string) (int, e
 	case <-ended:
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if f.gone {
+			f.gone = false
+			return 0, goneError{}
+		}
 		return f.code, nil
 	case <-ctx.Done():
 		return 0, ctx.Err()
@@ -530,3 +536,19 @@ func (f *fakeRuntime) Stop(ctx context.Context, project string) error {
 	f.end(0, "stopped")
 	return err
 }
+
+// goAway is the engine going away while a detached sandbox runs: Wait
+// fails with an error that is backend.ErrEngineGone, and the engine has
+// stopped the container.
+func (f *fakeRuntime) goAway() {
+	f.mu.Lock()
+	f.gone = true
+	f.mu.Unlock()
+	f.end(0, "stopped")
+}
+
+// goneError is an engine's error that is backend.ErrEngineGone.
+type goneError struct{}
+
+func (goneError) Error() string        { return "the engine does not answer" }
+func (goneError) Is(target error) bool { return target == backend.ErrEngineGone }
