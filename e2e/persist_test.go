@@ -128,12 +128,26 @@ func (p *persisted) supervisorEnded(t *testing.T, limit time.Duration) {
 func TestPersistentUpExecDown(t *testing.T) {
 	t.Parallel()
 	s := newSandbox(t)
-	p := up(t, s, s.Profile(probeOffline))
+	profile := s.Profile(probeOffline)
+	p := up(t, s, profile)
 	if e, ok := p.entry(t); !ok || e.State != "running" || !e.Alive || e.Workspace != s.Workspace || e.Project != "propio-"+p.name {
 		t.Fatalf("ls --json: %+v (found %v), want it running with its supervisor", e, ok)
 	}
-	if r := s.Run("", "up", "-p", s.Profile(probeOffline)); r.Code != 0 || strings.TrimSpace(r.Stdout) != p.name {
+	if r := s.Run("", "up", "-p", profile); r.Code != 0 || strings.TrimSpace(r.Stdout) != p.name {
 		t.Errorf("up again: want the same sandbox:\n%s", r)
+	}
+	if r := s.Run("", "up", "-p", s.Profile(probeOffline)); r.Code != 1 || !strings.Contains(r.Stderr, "runs with the profile "+profile) {
+		t.Errorf("up again with another profile: want it refused, naming the one it runs with:\n%s", r)
+	}
+	// Another, by name, beside it: exec without a name still takes the
+	// directory's own.
+	named := up(t, s, profile, "--name", "extra-"+randomID())
+	probeOK(t, named.exec("", "/probe", "id"), "cwd=/workspace")
+	if r := s.Run("", "exec", "--", "/probe", "id"); r.Code != 0 {
+		t.Errorf("exec in the directory's own beside a named one:\n%s", r)
+	}
+	if r := s.Run("", "down", named.name); r.Code != 0 {
+		t.Errorf("down %s:\n%s", named.name, r)
 	}
 	for _, tc := range []struct {
 		name, stdin  string

@@ -77,7 +77,7 @@ func (a *app) up(f upFlags) error {
 		os.Remove(log)
 		return upFailed(ctx, err)
 	}
-	rec, err := sandbox.Find(e.dirs, f.name, e.workspace)
+	rec, err := sandbox.FindID(e.dirs, id)
 	if err != nil {
 		return err
 	}
@@ -87,21 +87,29 @@ func (a *app) up(f upFlags) error {
 }
 
 // upAlready says whether the sandbox up asks for runs already (then it
-// prints its name), or why up cannot make it.
+// prints its name), or why up cannot make it: the directory's own, or the
+// one named want.
 func (a *app) upAlready(e env, want string) (bool, error) {
-	rec, err := sandbox.Find(e.dirs, want, e.workspace)
-	var none *sandbox.NoSandboxError
+	var rec sandbox.Record
+	var found bool
+	var err error
+	if want == "" {
+		rec, found, err = sandbox.FindOwn(e.dirs, e.workspace)
+	} else {
+		rec, err = sandbox.Find(e.dirs, want, "")
+		found = err == nil && rec.State != sandbox.StateGone // a gone one's name is free again
+		var none *sandbox.NoSandboxError
+		if errors.As(err, &none) {
+			err = nil
+		}
+	}
 	switch {
-	case errors.As(err, &none):
-		return false, nil
-	case err != nil && want == "":
-		return false, nil // several: up makes another
-	case err != nil:
+	case err != nil || !found:
 		return false, err
-	case rec.State == sandbox.StateGone:
-		return false, nil // its name is free again
-	case want != "" && rec.Workspace != e.workspace:
+	case rec.Workspace != e.workspace:
 		return false, withHint(&sandbox.ExistsError{Name: rec.Name, State: rec.State, Workspace: rec.Workspace}, "give another --name, or remove it with `"+name+" down "+rec.Name+"`")
+	case a.profile != "" && a.profile != rec.Ref:
+		return false, withHint(fmt.Errorf("sandbox %s of this directory runs with the profile %s", rec.Name, rec.Profile), "remove it first (`"+name+" down "+rec.Name+"`), or make another with --name")
 	case rec.State == sandbox.StateStopped:
 		return false, withHint(fmt.Errorf("sandbox %s of this directory is stopped", rec.Name), "start it again with `"+name+" start "+rec.Name+"`, or remove it with `"+name+" down "+rec.Name+"`")
 	}

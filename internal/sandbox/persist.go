@@ -66,6 +66,9 @@ type Record struct {
 	// below it.
 	Target  string `json:"target"`
 	Profile string `json:"profile"` // the profile's file, as ls shows it
+	// Default: made without --name, the directory's own sandbox, which up
+	// there finds again, and exec there takes among others.
+	Default bool `json:"default,omitempty"`
 	// Ref and Engine are how up named the profile (-p) and the engine
 	// (--engine): start loads them again.
 	Ref    string `json:"ref,omitempty"`
@@ -286,12 +289,51 @@ func Find(dirs hostinfo.Dirs, name, workspace string) (Record, error) {
 	case 1:
 		return mine[0], nil
 	}
+	// The directory's own (up without --name), among named ones.
+	var own []Record
+	for _, r := range mine {
+		if r.Default && r.State != StateGone {
+			own = append(own, r)
+		}
+	}
+	if len(own) == 1 {
+		return own[0], nil
+	}
 	var names []string
 	for _, r := range mine {
 		names = append(names, r.Name)
 	}
 	slices.Sort(names)
 	return Record{}, &SeveralError{Workspace: mine[0].Workspace, Names: names}
+}
+
+// FindOwn is the directory's own persistent sandbox (up without --name
+// made it there), unless it is gone; ok false when it has none.
+func FindOwn(dirs hostinfo.Dirs, workspace string) (r Record, ok bool, err error) {
+	all, err := Records(dirs)
+	if err != nil {
+		return Record{}, false, err
+	}
+	for _, r := range all {
+		if r.Default && r.Workspace == workspace && r.State != StateGone {
+			return r, true, nil
+		}
+	}
+	return Record{}, false, nil
+}
+
+// FindID is the record of the sandbox whose id is id.
+func FindID(dirs hostinfo.Dirs, id string) (Record, error) {
+	all, err := Records(dirs)
+	if err != nil {
+		return Record{}, err
+	}
+	for _, r := range all {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return Record{}, fmt.Errorf("no record of sandbox %s", id)
 }
 
 // WorkDir is where in the sandbox a command exec'd from the host directory

@@ -116,6 +116,7 @@ func (k *Keep) open(l *Launch, project string) error {
 		k.rec = Record{
 			Name: nameOf(project), ID: k.ID, Project: project, Workspace: l.Env.Workspace, Target: l.Profile.Workspace.Target,
 			Profile: l.Profile.Meta.File, Ref: l.Ref, Engine: l.Engine, Created: time.Now().UTC(), Log: k.Log,
+			Default: k.Name == "",
 		}
 	}
 	k.rec.State, k.rec.Why, k.rec.Supervisor = StateStarting, "", os.Getpid()

@@ -37,6 +37,8 @@ func TestFind(t *testing.T) {
 		Record{Name: "inner", Workspace: "/w/inner", State: StateRunning},
 		Record{Name: "a", Workspace: "/two", State: StateRunning},
 		Record{Name: "b", Workspace: "/two", State: StateStopped},
+		Record{Name: "own", Workspace: "/three", State: StateRunning, Default: true},
+		Record{Name: "named", Workspace: "/three", State: StateRunning},
 	)
 	for _, tc := range []struct {
 		name, workspace, want string
@@ -51,6 +53,7 @@ func TestFind(t *testing.T) {
 		{workspace: "/elsewhere", err: &NoSandboxError{}},
 		{workspace: "/wx", err: &NoSandboxError{}},
 		{workspace: "/two/x", err: &SeveralError{}},
+		{workspace: "/three", want: "own"},
 	} {
 		r, err := Find(dirs, tc.name, tc.workspace)
 		switch want := tc.err.(type) {
