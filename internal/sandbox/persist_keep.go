@@ -240,7 +240,8 @@ func touch(path string) {
 type ending int
 
 const (
-	endExited  ending = iota // its main process ended: killed by the timeout or the disk cap, or from inside
+	endNone    ending = iota // it goes on
+	endExited                // its main process ended: killed by the timeout or the disk cap, or from inside
 	endDown                  // down, or idle: stopped, to be removed
 	endStopped               // stop: stopped and kept
 )
@@ -270,10 +271,19 @@ func (k *Keep) hold(ctx context.Context, r *run, w *diskWatch, replan func(conte
 		code, how, err := k.wait(ctx, r, sigc, idle)
 		switch {
 		case errors.Is(err, backend.ErrEngineGone):
-			if err := k.engineBack(ctx, r, w, replan); err != nil {
+			asked, err := k.engineBack(ctx, r, w, replan, sigc)
+			switch {
+			case err != nil:
 				return 0, err
+			case asked == endStopped:
+				// The engine has stopped its containers: kept, as stop
+				// keeps them; start runs them once the engine is back.
+				k.kept = true
+				return 0, nil
+			case asked == endDown:
+				return 0, &GoneError{Why: "removed (down) while the engine was away: what the engine kept of it goes with the next up, run or gc"}
 			}
-			continue
+			continue // back
 		case err != nil:
 			return 0, err
 		case how == endExited:
@@ -316,10 +326,7 @@ func (k *Keep) wait(ctx context.Context, r *run, sigc chan os.Signal, idle *idle
 		case res := <-waited:
 			return res.code, endExited, res.err
 		case <-sigc:
-			if _, err := os.Stat(filepath.Join(k.dir, stopFile)); err == nil {
-				return 0, endStopped, nil
-			}
-			return 0, endDown, nil
+			return 0, k.asked(), nil
 		case <-idle.expired:
 			k.why = fmt.Sprintf("removed after resources.idle (%s) with no command run", idle.after)
 			return 0, endDown, nil
@@ -342,8 +349,10 @@ func (k *Keep) idleAfter(r *run) time.Duration {
 // answer again, and starts the sandbox again in it: its containers, which
 // the engine stopped, or kept running (Podman's, whose API service only
 // went away). When the engine does not come back, or without them, the
-// sandbox is gone.
-func (k *Keep) engineBack(ctx context.Context, r *run, w *diskWatch, replan func(context.Context) error) error {
+// sandbox is gone. A stop or down meanwhile ends the wait: it says which
+// (endStopped, endDown; endNone when the sandbox runs again), and the
+// sandbox is not started again.
+func (k *Keep) engineBack(ctx context.Context, r *run, w *diskWatch, replan func(context.Context) error, sigc chan os.Signal) (ending, error) {
 	k.rec.State, k.rec.Why = StateRestarting, "the engine went away"
 	k.rec.write(k.dir)
 	w.stop()
@@ -358,25 +367,36 @@ func (k *Keep) engineBack(ctx context.Context, r *run, w *diskWatch, replan func
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
+			return endNone, ctx.Err()
+		case <-sigc:
+			return k.asked(), nil
+		case <-time.After(pause): // the engine says nothing when it is back
 		}
 	}
 	switch {
 	case err != nil && errors.Is(err, backend.ErrEngineGone):
-		return &GoneError{Why: fmt.Sprintf("the engine went away and did not come back within %s", wait)}
+		return endNone, &GoneError{Why: fmt.Sprintf("the engine went away and did not come back within %s", wait)}
 	case err != nil:
-		return &GoneError{Why: fmt.Sprintf("the engine came back, and could not say where the sandbox is: %v", err)}
+		return endNone, &GoneError{Why: fmt.Sprintf("the engine came back, and could not say where the sandbox is: %v", err)}
 	case id == "":
-		return &GoneError{Why: "the engine came back without the sandbox's containers"}
+		return endNone, &GoneError{Why: "the engine came back without the sandbox's containers"}
 	}
 	if err := r.rt.Start(ctx, r.project); err != nil {
-		return &GoneError{Why: fmt.Sprintf("the engine came back, and could not start the sandbox again: %v", err)}
+		return endNone, &GoneError{Why: fmt.Sprintf("the engine came back, and could not start the sandbox again: %v", err)}
 	}
 	if err := replan(ctx); err != nil {
-		return err
+		return endNone, err
 	}
-	return k.running(ctx, r)
+	return endNone, k.running(ctx, r)
+}
+
+// asked is what the supervisor's SIGTERM asks: stop, when stop left its
+// file first, else down.
+func (k *Keep) asked() ending {
+	if _, err := os.Stat(filepath.Join(k.dir, stopFile)); err == nil {
+		return endStopped
+	}
+	return endDown
 }
 
 // GoneError: a persistent sandbox is gone, and why.

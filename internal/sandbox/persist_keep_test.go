@@ -216,10 +216,12 @@ func TestKeepEngineGone(t *testing.T) {
 		away       int    // Container calls that find the engine away
 		containers bool   // the engine comes back with them
 		why        string // "": back, running
+		stop       bool   // stop is asked while the engine is away
 	}{
-		"back":            {away: 2, containers: true},
-		"back without it": {away: 1, containers: false, why: "without the sandbox's containers"},
-		"not back":        {away: 1 << 30, why: "did not come back within"},
+		"back":              {away: 2, containers: true},
+		"back without it":   {away: 1, containers: false, why: "without the sandbox's containers"},
+		"not back":          {away: 1 << 30, why: "did not come back within"},
+		"stopped meanwhile": {away: 1 << 30, stop: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -238,29 +240,39 @@ func TestKeepEngineGone(t *testing.T) {
 				return nil
 			}
 			f.mu.Unlock()
+			if tc.stop {
+				kr.k.engineWait = time.Minute
+			}
 			f.goAway()
-			if tc.why == "" {
-				waitRecord(t, kr, StateRunning)
+			switch {
+			case tc.stop:
+				waitRecord(t, kr, StateRestarting, false)
+				os.WriteFile(filepath.Join(kr.k.dir, stopFile), nil, 0o600)
+				kr.sigs.send(t, syscall.SIGTERM)
+			case tc.why == "":
+				waitRecord(t, kr, StateRunning, true)
 				kr.sigs.send(t, syscall.SIGTERM)
 			}
 			o := kr.end(t)
 			r := kr.record(t)
 			switch {
-			case tc.why == "" && (o.err != nil || !slices.Contains(f.called(), "Start")):
+			case tc.stop && (o.err != nil || r.State != StateStopped || f.count("Remove") != 0 || f.count("Stop") != 0):
+				t.Errorf("stopped while away: Run = %v, record %+v, calls %v", o.err, r, f.called())
+			case !tc.stop && tc.why == "" && (o.err != nil || !slices.Contains(f.called(), "Start")):
 				t.Errorf("back: Run = %v, calls %v", o.err, f.called())
-			case tc.why != "" && (r.State != StateGone || !strings.Contains(r.Why, tc.why) || f.count("Remove") != 1):
+			case !tc.stop && tc.why != "" && (r.State != StateGone || !strings.Contains(r.Why, tc.why) || f.count("Remove") != 1):
 				t.Errorf("gone: record %+v, calls %v", r, f.called())
 			}
 		})
 	}
 }
 
-// waitRecord waits until the sandbox was started again and its record is
-// in state.
-func waitRecord(t *testing.T, kr *keptRun, state string) {
+// waitRecord waits (bounded) until the sandbox's record is in state, and,
+// with started, the sandbox was started again.
+func waitRecord(t *testing.T, kr *keptRun, state string, started bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for !slices.Contains(kr.f.called(), "Start") || kr.record(t).State != state {
+	for started && !slices.Contains(kr.f.called(), "Start") || kr.record(t).State != state {
 		if time.Now().After(deadline) {
 			t.Fatalf("the record is not %s: %+v; calls %v", state, kr.record(t), kr.f.called())
 		}
