@@ -469,6 +469,32 @@ func TestPersistentChecks(t *testing.T) {
 	probeOK(t, ok.exec("", "/probe", "id"), "cwd=/workspace")
 }
 
+// TestPersistentUpInterrupted: Ctrl+C on up while its supervisor makes
+// the sandbox (here, during a declared check) stops it, as it stops a run:
+// exit 130, and nothing is left, not even a record.
+func TestPersistentUpInterrupted(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	l := cleanupStart(t, s, "up", "-p", s.Profile(probeOffline+"checks:\n  - {name: slow, run: [sleep, 1m]}\n"))
+	deadline := time.Now().Add(time.Minute)
+	for len(cleanupProjects(t, s)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the check's sandbox never ran:\n%s", l.result())
+		}
+		time.Sleep(100 * time.Millisecond) // the engine says nothing to the test
+	}
+	l.signal(t, syscall.SIGINT)
+	if r := l.wait(t, 2*time.Minute); r.Code != 130 {
+		t.Errorf("up after Ctrl+C: want exit 130:\n%s", r)
+	}
+	if r := s.Run("", "ls", "--json"); strings.Contains(r.Stdout, `"workspace": "`+s.Workspace+`"`) {
+		t.Errorf("an interrupted up is listed:\n%s", r)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(s.Home, ".local", "state", "propio-sandbox", "sandboxes")); len(entries) > 1 {
+		t.Errorf("an interrupted up left records: %v", entries)
+	}
+}
+
 // TestPersistentAllowlist: a persistent sandbox's gateway is run's: an
 // allowed name is reached, a denied one is not, both logged; stopped with
 // the sandbox, started again with it.
