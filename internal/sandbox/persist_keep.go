@@ -42,7 +42,6 @@ type Keep struct {
 	project *types.Project // as generated: project.yaml
 	ready   bool
 	kept    bool   // stopped, and kept
-	removed bool   // down removed it
 	why     string // why it ended by itself
 	down    bool   // ending it is all there is to do (Down)
 	// signals are what stop and down send the supervisor (SIGTERM); nil
@@ -57,8 +56,11 @@ type Keep struct {
 // down).
 func (k *Keep) resuming() bool { return k != nil && k.Record != nil }
 
-// Kept reports whether the sandbox was stopped and kept (stop).
-func (k *Keep) Kept() bool { return k != nil && k.kept }
+// Kept reports whether the sandbox is kept: stopped by stop, or, started
+// again (start), not running yet: a start that fails leaves it as it was.
+func (k *Keep) Kept() bool {
+	return k != nil && (k.kept || k.resuming() && !k.down && !k.ready)
+}
 
 // WasReady reports whether the sandbox ran (Ready was told so).
 func (k *Keep) WasReady() bool { return k != nil && k.ready }
@@ -404,8 +406,9 @@ type GoneError struct{ Why string }
 
 func (e *GoneError) Error() string { return "the sandbox is gone: " + e.Why }
 
-// finish records how the supervisor's hold ended: stopped and kept, removed (down: down forgets the record), or
-// gone, saying why. A sandbox that never ran leaves no record.
+// finish records how the supervisor's hold ended: stopped and kept,
+// removed (down, which then forgets the record), or gone, saying why. A
+// sandbox that never ran leaves no record (up), or the one it had (start).
 func (k *Keep) finish(code int, err error) {
 	if k == nil || k.dir == "" {
 		return
@@ -434,7 +437,6 @@ func (k *Keep) finish(code int, err error) {
 		k.rec.State, k.rec.Why = StateStopped, ""
 	case k.why == "" && err == nil:
 		k.rec.State, k.rec.Why = StateGone, "removed (down)"
-		k.removed = true
 	case errors.As(err, &gone):
 		k.rec.State, k.rec.Why = StateGone, gone.Why
 	case errors.Is(err, ErrTimeout):
@@ -450,10 +452,17 @@ func (k *Keep) finish(code int, err error) {
 }
 
 // start starts a persistent sandbox made already (start); to end one
-// (Down), there is nothing to start.
+// (Down), there is nothing to start. What a start that fails started is
+// stopped again: the sandbox stays as it was.
 func (k *Keep) start(ctx context.Context, r *run) error {
 	if k.down {
 		return nil
 	}
-	return r.rt.Start(ctx, r.project)
+	err := r.rt.Start(ctx, r.project)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killBudget)
+		defer cancel()
+		r.rt.Stop(sctx, r.project.Name)
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -277,5 +278,28 @@ func waitRecord(t *testing.T, kr *keptRun, state string, started bool) {
 			t.Fatalf("the record is not %s: %+v; calls %v", state, kr.record(t), kr.f.called())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A start that fails leaves the sandbox as it was: stopped again, not
+// removed, its record stopped and why.
+func TestKeepStartFails(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.setState("stopped")
+	f.on["Start"] = func(context.Context) error { return errors.New("no such network") }
+	dirs := hostinfo.Dirs{State: t.TempDir()}
+	rec := Record{Name: "test", ID: "id1", Project: "propio-test-1", State: StateStopped}
+	k := &Keep{Record: &rec, dirs: dirs, dir: keepDir(dirs, "test"), rec: rec, signals: &fakeSignals{}}
+	if err := os.MkdirAll(k.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code, err := Run(context.Background(), f, testProject(false), RunOptions{Keep: k, Signals: &fakeSignals{}})
+	k.finish(code, err)
+	if err == nil || f.count("Remove") != 0 || f.count("Stop") != 1 {
+		t.Errorf("Run = %v; calls %v: want the error, the start undone, nothing removed", err, f.called())
+	}
+	if r, _ := readRecord(k.dir); r.State != StateStopped || !strings.Contains(r.Why, "no such network") {
+		t.Errorf("record %+v", r)
 	}
 }
