@@ -111,15 +111,23 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 
 // agentOf finds the running agent container of the workspace's sandbox,
 // and its project.
+// On a loaded machine the sandbox's output ("ready") can come before the
+// engine lists it running: it is looked for again, a bounded time.
 func agentOf(t *testing.T, s *sandbox) (id, project string) {
 	t.Helper()
-	out, err := docker("ps", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "label=com.docker.compose.service=agent",
-		"--format", `{{.ID}} {{.Label "dev.propio-sandbox.project"}}`)
-	id, project, ok := strings.Cut(firstLine(out), " ")
-	if err != nil || !ok {
-		t.Fatalf("finding the agent's container: %q, %v", out, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := docker("ps", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "label=com.docker.compose.service=agent",
+			"--format", `{{.ID}} {{.Label "dev.propio-sandbox.project"}}`)
+		id, project, ok := strings.Cut(firstLine(out), " ")
+		switch {
+		case err == nil && ok:
+			return id, project
+		case err != nil || time.Now().After(deadline):
+			t.Fatalf("finding the agent's container: %q, %v", out, err)
+		}
+		time.Sleep(100 * time.Millisecond) // the engine says nothing to the test
 	}
-	return id, project
 }
 
 // mountsFor is the mount requests' handler of the sandbox project, as its

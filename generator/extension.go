@@ -33,6 +33,8 @@ type Extension struct {
 	Changeset *ExtensionChangeset
 	// Gateway is the allowlist gateway; nil unless network.mode is allowlist.
 	Gateway *ExtensionGateway
+	// Keep is a persistent sandbox's (up); nil for a run.
+	Keep *ExtensionKeep
 }
 
 // ExtensionChangeset is a launch's changeset as the extension says it.
@@ -99,6 +101,9 @@ func (e Extension) value() map[string]any {
 			gm["broker"] = map[string]any{"opens": b.Opens, "secrets": secrets}
 		}
 		m["gateway"] = gm
+	}
+	if e.Keep != nil {
+		m["keep"] = e.Keep.value()
 	}
 	return m
 }
@@ -175,6 +180,16 @@ func readExtension(svc types.ServiceConfig) (Extension, error) {
 			}
 		}
 		e.Gateway = gw
+	}
+	if k, ok := r.mapping(m, at, "keep"); ok {
+		e.Keep = &ExtensionKeep{}
+		if idle := r.str(k, at+".keep", "idle"); idle != "off" {
+			d, err := time.ParseDuration(idle)
+			if err != nil || d <= 0 {
+				r.fail(at+".keep", "idle", fmt.Errorf("%q is neither a duration nor off", idle))
+			}
+			e.Keep.Idle = d
+		}
 	}
 	if len(r.errs) > 0 {
 		return Extension{}, fmt.Errorf("service %s: %w", svc.Name, errors.Join(r.errs...))

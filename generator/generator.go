@@ -149,6 +149,9 @@ type Options struct {
 	GatewayImage   string       // the gateway's image (DefaultGatewayImage when empty)
 	Subnet         netip.Prefix // the sandbox network (PickSubnet of the project when zero)
 	OutsideNetwork string       // an existing network for the gateway's way out (one of the project's own when empty)
+
+	// Keep makes the project a persistent sandbox's (up); nil for a run.
+	Keep *Keep
 }
 
 // Vars returns the values of the variables a profile may use.
@@ -305,6 +308,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	if cs := h.Changeset; cs != nil {
 		ext.Changeset = cs.extension()
+	}
+	if o.Keep != nil {
+		o.Keep.apply(&svc, &ext)
 	}
 
 	project.Services = types.Services{}

@@ -170,13 +170,23 @@ func cases(t *testing.T) []goldenCase {
 	return out
 }
 
+// caseOptions are the options a case is generated with: a persistent
+// sandbox's (up) when its description says so.
+func caseOptions(p *profile.Profile) generator.Options {
+	o := generator.Options{Project: project}
+	if strings.Contains(p.Description, "persistent") {
+		o.Keep = &generator.Keep{Binary: "/opt/propio-sandbox/bin/propio-sandbox", Idle: p.Resources.Idle.Duration()}
+	}
+	return o
+}
+
 func render(t *testing.T, c goldenCase) (*types.Project, []byte) {
 	t.Helper()
 	p, err := c.load()
 	if err != nil {
 		t.Fatalf("loading: %v", err)
 	}
-	proj, err := generator.Generate(p, fixtureHost(t, p), generator.Options{Project: project})
+	proj, err := generator.Generate(p, fixtureHost(t, p), caseOptions(p))
 	if err != nil {
 		t.Fatalf("generating: %v", err)
 	}
@@ -254,7 +264,7 @@ func TestRenderIsDeterministic(t *testing.T) {
 			// The same facts in another order give the same bytes.
 			slices.Reverse(h.EnvNames)
 			slices.Reverse(h.Matches)
-			proj, err := generator.Generate(p, h, generator.Options{Project: project})
+			proj, err := generator.Generate(p, h, caseOptions(p))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,9 @@
 //	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
 //	probe unixget SOCKET PATH GET PATH over HTTP on a unix socket (an engine's API), print "status N" then the first 4 KiB of the body
 //	probe cat                 copy stdin to stdout
-//	probe tty                 print whether stdin and stdout are terminals
+//	probe tty                 print whether stdin and stdout are terminals, and stdout's size when it is one
+//	probe winch RxC           on a terminal: print "ready size=RxC", then "resized size=RxC" at each SIGWINCH, until the size is RxC (a minute at most)
+//	probe stderr TEXT         print TEXT on stderr
 //	probe sleep DURATION      sleep, printing "ready" first; on SIGTERM or SIGINT print it and exit 143 or 130
 //	probe exit N              exit with status N
 //
@@ -162,7 +164,24 @@ func main() {
 		_, err := io.Copy(os.Stdout, os.Stdin)
 		check(err)
 	case "tty":
-		fmt.Printf("stdin=%v stdout=%v\n", isTTY(os.Stdin), isTTY(os.Stdout))
+		fmt.Printf("stdin=%v stdout=%v%s\n", isTTY(os.Stdin), isTTY(os.Stdout), ttySize())
+	case "winch":
+		need(args, 1)
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		fmt.Printf("ready%s\n", ttySize())
+		deadline := time.After(time.Minute)
+		for ttySize() != " size="+args[0] {
+			select {
+			case <-winch:
+				fmt.Printf("resized%s\n", ttySize())
+			case <-deadline:
+				fail(fmt.Errorf("the terminal is not %s after a minute", args[0]))
+			}
+		}
+	case "stderr":
+		need(args, 1)
+		fmt.Fprintln(os.Stderr, args[0])
 	case "sleep":
 		need(args, 1)
 		d, err := time.ParseDuration(args[0])
@@ -185,6 +204,15 @@ func main() {
 	default:
 		fail(fmt.Errorf("unknown command %q", os.Args[1]))
 	}
+}
+
+// ttySize is " size=ROWSxCOLS" of stdout's terminal, or "".
+func ttySize() string {
+	ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" size=%dx%d", ws.Row, ws.Col)
 }
 
 func isTTY(f *os.File) bool {

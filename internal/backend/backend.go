@@ -141,6 +141,25 @@ type Runtime interface {
 	Remove(ctx context.Context, project string, launcher int) error
 	// List returns the sandboxes the engine holds, oldest first.
 	List(ctx context.Context) ([]Sandbox, error)
+
+	// What a persistent sandbox's supervisor needs besides a run's.
+
+	// Container is the ID of the container of the project's service,
+	// running or not; "" when there is none.
+	Container(ctx context.Context, project, service string) (string, error)
+	// Wait waits until the container of the project's service is not
+	// running, and returns its exit code. When the engine stops answering
+	// (it is stopped or restarted), the error wraps ErrEngineGone.
+	Wait(ctx context.Context, project, service string) (int, error)
+	// Start starts the project's containers that are not running: those of
+	// the services the agent's depends on (an allowlist's gateway) first,
+	// then the agent's. They must exist (a stopped persistent sandbox's, or
+	// one the engine stopped when it restarted).
+	Start(ctx context.Context, project *types.Project) error
+	// Stop stops the project's running containers, the agent's first, and
+	// keeps them, with their writable layers, and the project's networks
+	// and volumes.
+	Stop(ctx context.Context, project string) error
 }
 
 // Resources are a container's limits: CPUs (cores), Memory (bytes), PIDs
@@ -161,6 +180,9 @@ type Facts struct {
 	// Host is where the engine listens: unix:///var/run/docker.sock,
 	// tcp://...
 	Host string
+	// APIVersion is the version of the engine's API the connection speaks
+	// (a persistent sandbox's exec speaks it without asking again).
+	APIVersion string
 	// Rootless: the engine runs as an unprivileged user.
 	Rootless bool
 	// DockerDesktop: the engine is Docker Desktop's, in a VM.
@@ -264,6 +286,10 @@ type RunSpec struct {
 	// found the container not running yet (created, not started): the
 	// signal is lost on it, and the launch must stop the start itself.
 	NotRunning func(os.Signal)
+	// Detach: Run returns once the container has started, with code 0, and
+	// leaves it running, attached to nothing; it is kept when it stops (a
+	// persistent sandbox's, which Wait waits for).
+	Detach bool
 }
 
 // ExecSpec says how Exec runs a command.
@@ -376,6 +402,15 @@ type Sandbox struct {
 	Alive     bool      `json:"launcher_alive"` // the launcher process still runs (on this host)
 	State     string    `json:"state"`          // of its container, or "leftover" when only networks remain
 	Created   time.Time `json:"created"`
+	// A persistent sandbox's (up): its name, and why it is gone when it
+	// is. Its PID and Alive are its supervisor's.
+	Persistent bool   `json:"persistent"`
+	Name       string `json:"name,omitempty"`
+	Why        string `json:"why,omitempty"`
+	// Keep and KeepID are a persistent sandbox's record (the directory
+	// LabelKeep names) and which sandbox of that name it is (LabelKeepID).
+	Keep   string `json:"-"`
+	KeepID string `json:"-"`
 }
 
 // Labels that tie a sandbox's resources to the launcher that made them.
@@ -386,6 +421,11 @@ const (
 	// LabelHelperImage names, on a volume, an image the engine has that can
 	// make the helper containers for it (the sandbox's).
 	LabelHelperImage = "dev.propio-sandbox.helper-image"
+	// LabelKeep marks a persistent sandbox's resources (up) with the
+	// directory of its record, and LabelKeepID with which sandbox of that
+	// name they are: they belong to the record, not to a launcher's pid.
+	LabelKeep   = "dev.propio-sandbox.keep"
+	LabelKeepID = "dev.propio-sandbox.keep-id"
 )
 
 // Errors a Runtime's calls wrap, for the launch to branch on.
@@ -399,6 +439,9 @@ var (
 	// ErrChangesetInUse: a running sandbox of a live launcher writes to the
 	// changeset.
 	ErrChangesetInUse = errors.New("the changeset is in use")
+	// ErrEngineGone: the engine stopped answering (it was stopped or
+	// restarted) while the launcher waited on it.
+	ErrEngineGone = errors.New("the engine went away")
 )
 
 // LauncherAlive reports whether the launcher pid still runs on this host.

@@ -74,6 +74,8 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newRun(a),
+		newUp(a), newExec(a), newDown(a), newStop(a), newStart(a),
+		newSupervise(a), newKeeper(a),
 		newBuild(a),
 		newDoctor(a),
 		newLs(a),

@@ -17,60 +17,97 @@ func newLs(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls [--json]",
-		Short: "List the sandboxes on the engine: project, workspace, profile, launcher, state",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var list []sandbox.Sandbox
-			err := a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
-				list, err = sandbox.List(ctx, c)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if list == nil {
-					list = []sandbox.Sandbox{}
-				}
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(list)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PROJECT\tWORKSPACE\tPROFILE\tLAUNCHER\tSTATE\tCREATED")
-			for _, s := range list {
-				launcher := strconv.Itoa(s.PID)
-				if !s.Alive {
-					launcher += " (gone)"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Project, s.Workspace, s.Profile, launcher, s.State, s.Created.Format(time.DateTime))
-			}
-			return tw.Flush()
-		},
+		Short: "List the sandboxes on the engine, and the persistent ones: project, name, workspace, profile, launcher, state",
+		Long: `List the sandboxes on the engine, and your persistent sandboxes (up) as their records
+say, stopped and gone ones too. When the engine does not answer, the persistent
+sandboxes are listed from their records, and ls fails with the engine's error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.ls(asJSON) },
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
+func (a *app) ls(asJSON bool) error {
+	dirs, err := hostinfo.UserDirs()
+	if err != nil {
+		return err
+	}
+	var list []sandbox.Sandbox
+	err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
+		list, err = sandbox.List(ctx, c, dirs)
+		return err
+	})
+	if err != nil {
+		// The persistent sandboxes, as their records say, then the error.
+		if list, rerr := sandbox.ListRecords(dirs); rerr == nil && len(list) > 0 {
+			a.lsPrint(list, asJSON)
+		}
+		return err
+	}
+	return a.lsPrint(list, asJSON)
+}
+
+// lsPrint prints the sandboxes as JSON or as a table.
+func (a *app) lsPrint(list []sandbox.Sandbox, asJSON bool) error {
+	if !asJSON {
+		return a.lsTable(list)
+	}
+	if list == nil {
+		list = []sandbox.Sandbox{}
+	}
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(list)
+}
+
+// lsTable prints the sandboxes as a table: a persistent sandbox's NAME,
+// its supervisor as its launcher, and why it is as it is.
+func (a *app) lsTable(list []sandbox.Sandbox) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECT\tNAME\tWORKSPACE\tPROFILE\tLAUNCHER\tSTATE\tCREATED")
+	for _, s := range list {
+		launcher, nm := strconv.Itoa(s.PID), "-"
+		switch {
+		case s.Persistent && s.PID == 0:
+			launcher = "-"
+		case !s.Alive:
+			launcher += " (gone)"
+		}
+		if s.Persistent {
+			nm = s.Name
+		}
+		state := s.State
+		if s.Why != "" {
+			state += " (" + s.Why + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Project, nm, s.Workspace, s.Profile, launcher, state, s.Created.Format(time.DateTime))
+	}
+	return tw.Flush()
+}
+
 func newGC(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "gc",
-		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes)",
+		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes); stop persistent sandboxes whose supervisor was killed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dirs, err := hostinfo.UserDirs()
 			if err != nil {
 				return err
 			}
-			var removed []string
+			var done sandbox.Collected
 			err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
-				removed, err = sandbox.GC(ctx, reporter{a.stderr}, c, dirs)
+				done, err = sandbox.GC(ctx, reporter{a.stderr}, c, dirs)
 				return err
 			})
-			for _, p := range removed {
+			for _, p := range done.Removed {
 				fmt.Fprintf(a.stdout, "removed %s\n", p)
 			}
-			if err == nil && len(removed) == 0 {
+			for _, n := range done.Stopped {
+				fmt.Fprintf(a.stdout, "stopped %s (its supervisor was gone; start resumes it)\n", n)
+			}
+			if err == nil && len(done.Removed)+len(done.Stopped) == 0 {
 				fmt.Fprintln(a.stdout, "nothing to remove")
 			}
 			return err

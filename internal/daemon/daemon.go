@@ -2,7 +2,8 @@
 // program again, with other arguments, in a session of its own (no
 // terminal: closing the user's does not end it), its stdin /dev/null and
 // its output appended to a log file. The parent waits until the child says
-// it is ready (Ready), or has failed, or has exited, and then leaves it.
+// it is ready (Ready), or has failed, or has exited, and then leaves it;
+// until then it may show what the child says (Spec.Progress).
 //
 // A persistent sandbox's supervisor and a run's background removal are
 // such processes.
@@ -18,12 +19,18 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // readyFD is the environment variable that gives the child the file
-// descriptor on which it says it is ready.
-const readyFD = "PROPIO_SANDBOX_READY_FD"
+// descriptor on which it says it is ready; progressFD the one on which it
+// says, until then, what the parent shows (Spec.Progress).
+const (
+	readyFD    = "PROPIO_SANDBOX_READY_FD"
+	progressFD = "PROPIO_SANDBOX_PROGRESS_FD"
+)
 
 // Spec is a background process to start.
 type Spec struct {
@@ -35,13 +42,29 @@ type Spec struct {
 	Env []string
 	// Dir is its working directory; "" is the launcher's.
 	Dir string
+	// Progress, when set, gets what the child writes to Progress() until
+	// it is ready (or has failed, or exited).
+	Progress io.Writer
+	// StopWait bounds the wait for the child to end after a SIGTERM, when
+	// ctx ends before it is ready; then it is killed. Zero: killed at once.
+	StopWait time.Duration
 }
+
+// Failure is a child's own report that it failed (Fail), with the exit
+// code it calls for.
+type Failure struct {
+	Code int
+	Msg  string
+}
+
+func (f *Failure) Error() string { return f.Msg }
 
 // Start starts s and waits until it is ready (it called Ready(nil)): then
 // it returns the child's pid, and the child goes on alone. When the child
-// says it failed (Ready(err)), or exits first, Start returns the error,
-// with the last lines of its log. ctx bounds the wait; when it ends first,
-// the child is killed.
+// says it failed (Ready(err), or Fail: a *Failure), or exits first, Start
+// returns the error, with the last lines of its log. ctx bounds the wait;
+// when it ends first, the child is sent SIGTERM, and killed if it has not
+// ended within s.StopWait.
 func Start(ctx context.Context, s Spec) (pid int, err error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -71,12 +94,31 @@ func Start(ctx context.Context, s Spec) (pid int, err error) {
 	cmd.Env = append(cmd.Env, readyFD+"=3")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
 	cmd.ExtraFiles = []*os.File{w}
+	shown := make(chan struct{})
+	if s.Progress != nil {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			w.Close()
+			return 0, err
+		}
+		defer pr.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, pw)
+		cmd.Env = append(cmd.Env, progressFD+"=4")
+		go func() {
+			defer close(shown)
+			io.Copy(s.Progress, pr)
+		}()
+	} else {
+		close(shown)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		w.Close()
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close() // the child's copies stay open until it is ready
+	}
+	if err != nil {
 		return 0, fmt.Errorf("starting %s: %w", s.Args, err)
 	}
-	w.Close() // the child's copy stays open until it is ready
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	said := make(chan string, 1)
@@ -86,28 +128,75 @@ func Start(ctx context.Context, s Spec) (pid int, err error) {
 	}()
 	select {
 	case <-ctx.Done():
-		cmd.Process.Kill()
+		stop(cmd, exited, s.StopWait)
+		<-shown
 		return 0, ctx.Err()
 	case line := <-said:
-		switch {
-		case line == "ok\n":
-			// The child goes on; its exit is reaped by the goroutine above
-			// while this process lives, and by init after.
-			return cmd.Process.Pid, nil
-		case strings.HasPrefix(line, "error "):
-			<-exited
-			return 0, errors.New(strings.TrimSuffix(strings.TrimPrefix(line, "error "), "\n"))
-		}
-		// The pipe closed without a word: the child has exited.
-		err := <-exited
-		return 0, fmt.Errorf("the background process %s ended before it was ready (%v)%s", s.Args, err, tail(s.Log))
+		return outcome(line, cmd, exited, shown, s)
 	}
+}
+
+// outcome is what the child's word means, once what it showed is shown.
+func outcome(line string, cmd *exec.Cmd, exited chan error, shown chan struct{}, s Spec) (int, error) {
+	switch {
+	case line == "ok\n":
+		// The child goes on; its exit is reaped by the goroutine above
+		// while this process lives, and by init after. It closed its
+		// progress before it said so.
+		<-shown
+		return cmd.Process.Pid, nil
+	case strings.HasPrefix(line, "error "):
+		<-exited
+		<-shown
+		return 0, errors.New(strings.TrimSuffix(strings.TrimPrefix(line, "error "), "\n"))
+	case strings.HasPrefix(line, "fail "):
+		<-exited
+		<-shown
+		code, msg, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(line, "fail "), "\n"), " ")
+		n, _ := strconv.Atoi(code)
+		return 0, &Failure{Code: n, Msg: msg}
+	}
+	// The pipe closed without a word: the child has exited.
+	err := <-exited
+	<-shown
+	return 0, fmt.Errorf("the background process %s ended before it was ready (%v)%s", s.Args, err, tail(s.Log))
+}
+
+// stop ends a child that was not ready in time: SIGTERM, then SIGKILL
+// after wait.
+func stop(cmd *exec.Cmd, exited chan error, wait time.Duration) {
+	if wait > 0 {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			return
+		case <-time.After(wait):
+		}
+	}
+	cmd.Process.Kill()
+	<-exited
 }
 
 // Ready says, in a child that Start started, that it is ready (err nil)
 // or that it failed (the parent's Start returns err). Outside such a child,
 // or called again, it does nothing.
 func Ready(err error) {
+	if err != nil {
+		say("error " + strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	say("ok")
+}
+
+// Fail says, in a child that Start started, that it failed, with the exit
+// code it calls for: the parent's Start returns a *Failure. What it had to
+// say about it, it has said (on Progress).
+func Fail(code int, err error) {
+	say(fmt.Sprintf("fail %d %s", code, strings.ReplaceAll(err.Error(), "\n", "; ")))
+}
+
+func say(line string) {
+	closeProgress()
 	fd, e := strconv.Atoi(os.Getenv(readyFD))
 	if e != nil {
 		return
@@ -118,16 +207,65 @@ func Ready(err error) {
 		return
 	}
 	defer f.Close()
-	if err != nil {
-		fmt.Fprintf(f, "error %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
-		return
+	io.WriteString(f, line+"\n")
+}
+
+// The child's ends of the pipes are its own: a process it starts in turn
+// (a Podman service) must not hold them open after it is ready.
+func init() {
+	for _, v := range []string{readyFD, progressFD} {
+		if fd, err := strconv.Atoi(os.Getenv(v)); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
 	}
-	io.WriteString(f, "ok\n")
 }
 
 // Started reports whether this process was started by Start (and has not
 // said Ready yet).
 func Started() bool { return os.Getenv(readyFD) != "" }
+
+// progress is the child's side of Spec.Progress, open until it is ready.
+var progress struct {
+	sync.Mutex
+	once sync.Once
+	f    *os.File
+}
+
+func progressFile() *os.File {
+	progress.once.Do(func() {
+		if fd, err := strconv.Atoi(os.Getenv(progressFD)); err == nil {
+			os.Unsetenv(progressFD)
+			progress.f = os.NewFile(uintptr(fd), "progress")
+		}
+	})
+	return progress.f
+}
+
+func closeProgress() {
+	progressFile()
+	progress.Lock()
+	defer progress.Unlock()
+	if progress.f != nil {
+		progress.f.Close()
+		progress.f = nil
+	}
+}
+
+// Tee is a writer to w that also writes, in a child that Start started
+// with a Progress, to the parent's Progress until the child is ready;
+// what the parent no longer reads is only w's.
+func Tee(w io.Writer) io.Writer { progressFile(); return tee{w} }
+
+type tee struct{ w io.Writer }
+
+func (t tee) Write(b []byte) (int, error) {
+	progress.Lock()
+	if progress.f != nil {
+		progress.f.Write(b) // a parent that is gone reads no more
+	}
+	progress.Unlock()
+	return t.w.Write(b)
+}
 
 // tail is the last lines of the log, for an error, or "".
 func tail(path string) string {

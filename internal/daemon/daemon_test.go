@@ -1,12 +1,17 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,19 +32,123 @@ func TestMain(m *testing.M) {
 	case "exit":
 		os.Stderr.WriteString("something went wrong\n")
 		os.Exit(3)
+	case "progress":
+		w := Tee(os.Stderr)
+		io.WriteString(w, "building\n")
+		io.WriteString(w, "starting\n")
+		Ready(nil)
+		io.WriteString(w, "only in the log\n")
+		os.Exit(0)
+	case "code":
+		io.WriteString(Tee(os.Stderr), "error: the check failed\n")
+		Fail(3, errors.New("a preflight check failed"))
+		os.Exit(3)
+	case "slow":
+		// Never ready: ends on SIGTERM, saying so.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM)
+		io.WriteString(Tee(os.Stderr), "waiting\n")
+		<-sigs
+		io.WriteString(Tee(os.Stderr), "removing what I made\n")
+		os.Exit(143)
 	}
 	os.Exit(m.Run())
 }
 
 func start(t *testing.T, mode string) (int, string, error) {
 	t.Helper()
-	dir := t.TempDir()
-	out := filepath.Join(dir, "out")
-	env := append(os.Environ(), "DAEMON_TEST_CHILD="+mode, "DAEMON_TEST_OUT="+out)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pid, err := Start(ctx, Spec{Args: []string{"-test.run=^$"}, Log: filepath.Join(dir, "log"), Env: env})
+	pid, out, _, err := startWith(t, context.Background(), mode, nil)
 	return pid, out, err
+}
+
+func startWith(t *testing.T, ctx context.Context, mode string, progress io.Writer) (pid int, out, log string, err error) {
+	t.Helper()
+	dir := t.TempDir()
+	out = filepath.Join(dir, "out")
+	log = filepath.Join(dir, "log")
+	env := append(os.Environ(), "DAEMON_TEST_CHILD="+mode, "DAEMON_TEST_OUT="+out)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pid, err = Start(ctx, Spec{Args: []string{"-test.run=^$"}, Log: log, Env: env, Progress: progress, StopWait: 10 * time.Second})
+	return pid, out, log, err
+}
+
+// What the child says until it is ready is shown; after, only logged.
+func TestStartProgress(t *testing.T) {
+	var shown bytes.Buffer
+	_, _, log, err := startWith(t, context.Background(), "progress", &shown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown.String() != "building\nstarting\n" {
+		t.Errorf("shown %q, want what the child said before it was ready", shown.String())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(log)
+		if strings.Contains(string(b), "only in the log") {
+			if !strings.HasPrefix(string(b), "building\nstarting\n") {
+				t.Errorf("log %q lacks what was shown", b)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never got the line after ready: %q", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A child that fails says with which exit code; what it said is shown.
+func TestStartFailCode(t *testing.T) {
+	var shown bytes.Buffer
+	_, _, _, err := startWith(t, context.Background(), "code", &shown)
+	var f *Failure
+	if !errors.As(err, &f) || f.Code != 3 || f.Msg != "a preflight check failed" {
+		t.Fatalf("err = %#v, want a Failure with code 3", err)
+	}
+	if shown.String() != "error: the check failed\n" {
+		t.Errorf("shown %q", shown.String())
+	}
+}
+
+// A wait that ends first stops the child with SIGTERM, and shows what it
+// says while it ends.
+func TestStartCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	shown := syncBuffer{seen: "waiting", then: cancel}
+	_, _, _, err := startWith(t, ctx, "slow", &shown)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want the cancel", err)
+	}
+	if !strings.Contains(shown.String(), "removing what I made") {
+		t.Errorf("shown %q: the child did not end on SIGTERM, or it was not shown", shown.String())
+	}
+}
+
+// syncBuffer is a buffer that calls then once it holds seen.
+type syncBuffer struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	seen string
+	then func()
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.b.Write(p)
+	if s.then != nil && strings.Contains(s.b.String(), s.seen) {
+		s.then()
+		s.then = nil
+	}
+	return n, err
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestStartReady(t *testing.T) {

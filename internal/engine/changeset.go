@@ -434,6 +434,11 @@ func (e *Engine) ReleaseChangeset(ctx context.Context, id string) error {
 			continue
 		}
 		done[project] = true
+		if v.Labels[backend.LabelKeep] != "" {
+			// A persistent sandbox's, stopped or running: it still writes
+			// to it, until down removes it (and gc, once forgotten).
+			return fmt.Errorf("persistent sandbox %s writes to changeset %s: %w", project, id, ErrChangesetInUse)
+		}
 		pid, _ := strconv.Atoi(v.Labels[LabelPID])
 		if LauncherAlive(pid, v.Labels[LabelHost]) {
 			return fmt.Errorf("sandbox %s (launcher pid %d on %s) writes to changeset %s: %w", project, pid, v.Labels[LabelHost], id, ErrChangesetInUse)

@@ -34,6 +34,7 @@ func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
 	}
 	f := FactsOf(e.Kind, e.Rootless)
 	f.Host = e.Host
+	f.APIVersion = e.APIVersion()
 	f.Rootless = f.Rootless || info.Rootless
 	f.DockerDesktop = info.DockerDesktop
 	f.Local = info.Storage.Local

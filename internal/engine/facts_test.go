@@ -55,6 +55,13 @@ func TestFacts(t *testing.T) {
 		t.Errorf("kind %s; docker version says otherwise", want.Kind)
 	}
 	want.Host = eng.Host
+	// The API version the connection negotiated: the engine's (older than
+	// the client's).
+	api, err := testenv.Docker("version", "--format", "{{.Server.APIVersion}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.APIVersion = strings.TrimSpace(api)
 	want.Rootless = strings.Contains(secopts, "rootless") || eng.Rootless
 	want.DockerDesktop = strings.Contains(osName, "Docker Desktop")
 	want.Local = info.Storage.Local

@@ -127,6 +127,7 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 			Project: name, Workspace: labels[generator.LabelWorkspace], Profile: labels[generator.LabelProfile],
 			PID: pid, Host: labels[LabelHost], Alive: LauncherAlive(pid, labels[LabelHost]),
 			State: state, Created: created,
+			Keep: labels[backend.LabelKeep], KeepID: labels[backend.LabelKeepID],
 		}
 	}
 	containers, err := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: mine})

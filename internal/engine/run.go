@@ -59,9 +59,11 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 		Service: o.Service,
 		// Podman before 4.6 reports exit code 0 to a wait for removal
 		// (containers/podman#18889); the launch's Remove removes it anyway.
-		AutoRemove:  e.Kind != Podman,
-		Tty:         o.TTY,
-		Interactive: o.Interactive,
+		// A detached one is a persistent sandbox's: kept when it stops.
+		AutoRemove:  e.Kind != Podman && !o.Detach,
+		Detach:      o.Detach,
+		Tty:         o.TTY && !o.Detach,
+		Interactive: o.Interactive && !o.Detach,
 		// The dependencies (an allowlist's gateway) start first.
 		NoDeps: len(project.Services) == 1,
 	})

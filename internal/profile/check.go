@@ -123,6 +123,9 @@ func (p *Profile) applyDefaults() {
 	if p.Resources.Disk == 0 && !p.set("resources", "disk") {
 		p.Resources.Disk = DefaultDisk
 	}
+	if p.Resources.Idle.IsZero() {
+		p.Resources.Idle.After = DefaultIdle
+	}
 	if p.Security.ReadOnlyRootfs == nil {
 		p.Security.ReadOnlyRootfs = ptr(false)
 	}
@@ -349,6 +352,9 @@ func (p *Profile) Check() error {
 	}
 	if p.Resources.Timeout < 0 {
 		add(fmt.Sprintf("%q is not a positive duration", p.text("resources", "timeout")), "write a duration such as 90s, 30m or 2h", "resources", "timeout")
+	}
+	if p.Resources.Idle.After < 0 {
+		add(fmt.Sprintf("%q is neither a positive duration nor off", p.text("resources", "idle")), "write a duration such as 30m or 2h, or off", "resources", "idle")
 	}
 	if err := p.User.err(); err != nil {
 		add(err.Error(), "write host, root or UID:GID", "user")

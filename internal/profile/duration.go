@@ -45,3 +45,52 @@ func (d Duration) String() string {
 	}
 	return s
 }
+
+// Idle is resources.idle: how long a persistent sandbox (up) may run with
+// no command running in it (exec), and none started, before its supervisor
+// removes it; or off, never. The zero value is unset (DefaultIdle applies).
+type Idle struct {
+	After Duration // positive; invalidDuration for a value that is neither a duration nor off
+	Off   bool
+}
+
+// DefaultIdle is resources.idle when no profile sets it.
+const DefaultIdle = Duration(30 * time.Minute)
+
+// UnmarshalYAML reads off, or a duration such as 30m (one that is not a
+// positive duration is left for Check to report, as Duration's are).
+func (i *Idle) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Value == "off" {
+		*i = Idle{Off: true}
+		return nil
+	}
+	*i = Idle{}
+	return i.After.UnmarshalYAML(n)
+}
+
+// MarshalYAML writes off or the duration.
+func (i Idle) MarshalYAML() (any, error) {
+	if i.Off {
+		return "off", nil
+	}
+	return i.After.String(), nil
+}
+
+// IsZero reports an unset idle, for omitempty.
+func (i Idle) IsZero() bool { return !i.Off && i.After == 0 }
+
+// Duration is how long a persistent sandbox may stay idle; zero when off.
+func (i Idle) Duration() time.Duration {
+	if i.Off {
+		return 0
+	}
+	return time.Duration(i.After)
+}
+
+// String is the idle as a profile writes it.
+func (i Idle) String() string {
+	if i.Off {
+		return "off"
+	}
+	return i.After.String()
+}

@@ -346,6 +346,7 @@ resources:
   pids: 100
   tmp: 1g
   disk: 10g
+  idle: 30m
 security:
   read_only_rootfs: false
   cap_drop:

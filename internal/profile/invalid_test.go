@@ -192,6 +192,10 @@ func TestInvalidProfiles(t *testing.T) {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\n  unlisted: prompt\n",
 			want: []string{`4:13: network.unlisted: "prompt" is not one of: deny, ask`},
 		},
+		"idle neither a duration nor off": {
+			yaml: "image: a\nresources:\n  idle: never\n",
+			want: []string{`3:9: resources.idle: "never" is not valid here (does not match the expected form)`},
+		},
 		"ask_timeout out of bounds": {
 			yaml: "image: a\nnetwork:\n  mode: allowlist\n  unlisted: ask\n  ask_timeout: 20m\n",
 			want: []string{`5:16: network.ask_timeout: 20m is outside 1s .. 10m`},

@@ -205,6 +205,9 @@ type Resources struct {
 	// writable layer, /tmp and HOME, the workspace and rw mounts, a
 	// changeset), in bytes.
 	Disk ByteSize `yaml:"disk,omitempty"`
+	// Idle removes a persistent sandbox (up) that has run no command
+	// (exec) for this long; off never does.
+	Idle Idle `yaml:"idle,omitempty"`
 }
 
 type Security struct {

@@ -64,6 +64,41 @@ func TestDefaultsAreTyped(t *testing.T) {
 	if p.Resources.Memory != profile.DefaultMemory || p.Resources.Tmp != profile.DefaultTmp || p.Resources.Timeout != 0 {
 		t.Errorf("resources %+v", p.Resources)
 	}
+	if p.Resources.Idle.Duration() != time.Duration(profile.DefaultIdle) {
+		t.Errorf("idle %v, want the default %v", p.Resources.Idle, profile.DefaultIdle)
+	}
+}
+
+// resources.idle is a duration or off, typed once, shown as written.
+func TestIdle(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		yaml string
+		want time.Duration
+		show string
+	}{
+		"duration": {yaml: "90s", want: 90 * time.Second, show: "idle: 1m30s\n"},
+		"off":      {yaml: "off", want: 0, show: "idle: \"off\"\n"},
+		"hours":    {yaml: "2h", want: 2 * time.Hour, show: "idle: 2h\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p, _ := resolve(t, map[string]string{"p.yaml": "image: a\nresources: {idle: " + tc.yaml + "}\n"}, "p.yaml")
+			if err := p.Check(); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Resources.Idle.Duration(); got != tc.want || p.Resources.Idle.Off != (tc.yaml == "off") {
+				t.Errorf("idle %v (off %v), want %v", got, p.Resources.Idle.Off, tc.want)
+			}
+			out, err := p.YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(out), tc.show) {
+				t.Errorf("shown profile lacks %q:\n%s", tc.show, out)
+			}
+		})
+	}
 }
 
 func TestDurationString(t *testing.T) {

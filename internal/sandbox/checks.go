@@ -74,6 +74,7 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	o.Project = generator.ProjectName(s.Env.Workspace, "check-"+runID())
 	o.Command = c.Run
 	o.Timeout = timeout
+	o.Keep = nil // a check of a persistent sandbox runs its command, and ends
 	var project *types.Project
 	var err error
 	lookup := os.LookupEnv

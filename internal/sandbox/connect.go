@@ -3,6 +3,8 @@ package sandbox
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 
@@ -116,3 +118,29 @@ func EngineFactsOf(kind string) generator.EngineFacts { return hostFacts(engine.
 // engineSockets are the paths an engine's socket may have on this host,
 // which a mount must not hand the sandbox.
 func engineSockets(home string) []string { return engine.Sockets(os.Getenv, home) }
+
+// execIO is a command execIn runs, and its streams.
+type execIO struct {
+	Command, Env []string
+	WorkDir      string
+	TTY          bool
+	In           io.Reader
+	Out, Err     io.Writer
+	Signal       func(os.Signal)
+}
+
+// execIn runs a command in the agent's container of the persistent
+// sandbox rec, through the engine's API, where rec says the container is.
+func execIn(ctx context.Context, rec Record, o execIO) (int, error) {
+	code, err := engine.ExecIn(ctx, engine.ExecTarget{Host: rec.Host, APIVersion: rec.APIVersion, Container: rec.Container},
+		engine.ExecIO{Command: o.Command, Env: o.Env, WorkDir: o.WorkDir, TTY: o.TTY, In: o.In, Out: o.Out, Err: o.Err, Signal: o.Signal})
+	switch {
+	case errors.Is(err, engine.ErrNoContainer):
+		return 0, &NotRunningError{Name: rec.Name, State: "broken", Why: "its container is no longer on the engine; down removes what is left"}
+	case errors.Is(err, engine.ErrNotRunning):
+		return 0, &NotRunningError{Name: rec.Name, State: "broken", Why: "its container does not run; stop, then start, runs it again"}
+	case err != nil:
+		return 0, fmt.Errorf("running %v in sandbox %s: %w", o.Command, rec.Name, err)
+	}
+	return code, nil
+}

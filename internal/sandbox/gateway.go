@@ -96,32 +96,45 @@ func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust
 	if err := l.gatewayImage(ctx, o.GatewayImage); err != nil {
 		return nil, nil, err
 	}
-	dirs := l.plan.Env.Dirs
-	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
-		return nil, nil, err
-	}
-	if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
-		return nil, nil, err
-	}
 	defer func() {
 		if err != nil {
 			dropRunDirs(o.Project)
 		}
 	}()
-	if l.plan.Profile.Network.Asks() {
-		base, err := ask.BaseDir()
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := ask.Make(base, o.Project, l.plan.Env.Workspace); err != nil {
-			return nil, nil, err
-		}
+	if err := l.gatewayFiles(o.Project, o.Subnet, true); err != nil {
+		return nil, nil, err
 	}
 	lookup, err := l.prepareBroker(ctx, project)
 	if err != nil {
 		return nil, nil, err
 	}
 	return project, lookup, nil
+}
+
+// gatewayFiles makes what the gateway of project, on subnet, reads and
+// writes on the host: the sandbox's resolv.conf, the decision log (started
+// when newLog, else appended to: a persistent sandbox started again), and
+// the ask directory when the profile asks.
+func (l *launch) gatewayFiles(project string, subnet netip.Prefix, newLog bool) error {
+	dirs := l.plan.Env.Dirs
+	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(subnet)); err != nil {
+		return err
+	}
+	if newLog {
+		if _, err := decisionlog.Start(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: project, Workspace: l.plan.Env.Workspace, Profile: l.plan.Profile.Meta.File}); err != nil {
+			return err
+		}
+	}
+	if l.plan.Profile.Network.Asks() {
+		base, err := ask.BaseDir()
+		if err != nil {
+			return err
+		}
+		if _, err := ask.Make(base, project, l.plan.Env.Workspace); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // withTrustStore is adjust, and the image's trust store at path.

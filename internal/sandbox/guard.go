@@ -103,23 +103,37 @@ func CheckPending(ctx context.Context, r Reporter, rt backend.Runtime, dirs host
 	return errors.Join(errs...)
 }
 
-// GC removes what sandboxes of killed launchers left on the engine, and
-// judges what they left in their workspaces. It returns the projects it
-// removed.
-func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) ([]string, error) {
-	list, err := c.Runtime.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	removed, err := removeLeftovers(ctx, c.Runtime, list)
-	return removed, errors.Join(err, CheckPending(ctx, r, c.Runtime, dirs))
+// Collected is what gc did: the projects it removed, and the persistent
+// sandboxes it stopped (their supervisors were killed).
+type Collected struct {
+	Removed, Stopped []string
 }
 
-// Sandbox is a sandbox on the engine, as ls shows it.
-type Sandbox = backend.Sandbox
-
-// List lists the sandboxes on the engine.
-func List(ctx context.Context, c *Conn) ([]Sandbox, error) { return c.Runtime.List(ctx) }
+// GC removes what sandboxes of killed launchers left on the engine (and
+// the resources of persistent sandboxes whose records are gone), stops the
+// persistent sandboxes whose supervisors were killed (kept: start resumes
+// them), and judges what they all left in their workspaces. A persistent
+// sandbox that is stopped is no leftover: down removes it.
+func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) (Collected, error) {
+	var out Collected
+	list, err := c.Runtime.List(ctx)
+	if err != nil {
+		return out, err
+	}
+	out.Removed, err = removeLeftovers(ctx, c.Runtime, list)
+	recs, rerr := Records(dirs)
+	for _, rec := range recs {
+		if !rec.Unsupervised() {
+			continue
+		}
+		if serr := StopUnsupervised(ctx, c, r, dirs, rec); serr != nil {
+			rerr = errors.Join(rerr, serr)
+			continue
+		}
+		out.Stopped = append(out.Stopped, rec.Name)
+	}
+	return out, errors.Join(err, rerr, CheckPending(ctx, r, c.Runtime, dirs))
+}
 
 // Guarded says what the guard did, if it did anything.
 func Guarded(r Reporter, rep guard.Report, quarantine string) {

@@ -55,6 +55,9 @@ type Launch struct {
 	// Hint says what to do about an engine that cannot be reached, for the
 	// preflight check that reaches it.
 	Hint func(error) error
+	// Keep makes the launch a persistent sandbox's supervisor (up, start);
+	// nil for a run.
+	Keep *Keep
 }
 
 // ErrAllowlistOnPodman: network.mode allowlist does not run on Podman yet.
@@ -91,6 +94,9 @@ type launch struct {
 // *preflight.Failure when a check did, and nothing was created), with the
 // exit code it calls for, when it has one, as the code.
 func (l *Launch) Run(ctx context.Context) (int, error) {
+	if l.Keep.resuming() {
+		return l.resume(ctx)
+	}
 	// Nothing is created before every check has passed.
 	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint}
 	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
@@ -120,7 +126,13 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	name, release, err := claimName(dir, l.Env.Workspace, func(n string) bool { return names.held[n] })
+	var name string
+	var release func()
+	if l.Keep != nil {
+		name, release, err = l.Keep.claim(l.Env.Dirs, l, names)
+	} else {
+		name, release, err = claimName(dir, l.Env.Workspace, func(n string) bool { return names.held[n] })
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -136,6 +148,11 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 func (s *launch) prepare(name string) error {
 	p := s.Profile
 	s.opts = generator.Options{Project: name, Command: s.Command}
+	if s.Keep != nil {
+		if err := s.Keep.options(&s.opts, s.Launch); err != nil {
+			return err
+		}
+	}
 	if p.Network.Mode == "allowlist" {
 		if err := GatewayOptions(&s.opts, s.Env.Dirs); err != nil {
 			return err
@@ -228,9 +245,21 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 			h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
 		}
 	}, s.engineFacts)
-	// From here the sandbox may write: what it leaves that git (or the
-	// host) would run is judged once it has gone, however the run ends
-	// (gc does it for a launcher that is killed).
+	return s.guarded(func(check *guardCheck) (int, error) {
+		// The profile's own checks, each in a throwaway sandbox of it
+		// (where directories in changeset mode are read-only).
+		if err := preflight.Run(ctx, s.declaredChecks()); err != nil {
+			return 0, err
+		}
+		return s.runSandbox(ctx, check)
+	})
+}
+
+// guarded runs fn once the guard is prepared: from then the sandbox may
+// write, and what it leaves that git (or the host) would run is judged
+// once it has gone (or stopped), however fn ends (gc does it for a
+// launcher that is killed).
+func (s *launch) guarded(fn func(*guardCheck) (int, error)) (code int, err error) {
 	if err := s.plan.Guard.Prepare(s.Env.Dirs.GuardDir(), s.opts.Project, time.Now()); err != nil {
 		return 0, err
 	}
@@ -245,12 +274,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 			s.report.Failed(gerr)
 		}
 	}()
-	// The profile's own checks, each in a throwaway sandbox of it (where
-	// directories in changeset mode are read-only).
-	if err := preflight.Run(ctx, s.declaredChecks()); err != nil {
-		return 0, err
-	}
-	return s.runSandbox(ctx, check)
+	return fn(check)
 }
 
 // collectLeftovers removes, while this sandbox starts, what launchers that
@@ -312,44 +336,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		if err != nil {
 			return 0, err
 		}
-		ports := s.newPorts(project)
-		var stopRequests func()
-		stopRequests, err = s.serveAgentRequests(ctx, project, ports)
-		if err != nil {
-			ports.Close()
-			if allowlist {
-				dropRunDirs(s.opts.Project)
-			}
-			return 0, err
-		}
-		stopHook := serveTestRequests(map[string]func(context.Context, ask.Request) (map[string]any, error){"port": ports.Handle})
-		code, err = Run(ctx, s.rt, project, RunOptions{
-			TTY:         s.TTY,
-			Interactive: true,
-			Build:       s.build,
-			LookupEnv:   lookup,
-			// The image check of preflight has just looked.
-			ImageChecked: true,
-			Ran: func() {
-				ran = true
-				check.begin() // while the engine removes the containers
-				if werr := copyBackWrites(s.mounts); werr != nil {
-					s.report.Warn(werr.Error())
-				}
-			},
-		})
-		stopHook()
-		stopRequests()
-		if werr := s.mounts.FinishWrites(s.report); werr != nil {
-			s.report.Warn(werr.Error())
-		}
-		s.mounts = nil
-		if perr := ports.Close(); perr != nil {
-			s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
-		}
-		if allowlist {
-			dropRunDirs(s.opts.Project)
-		}
+		code, err = s.runProject(ctx, project, lookup, check, &ran)
 		// Another launcher took the same network at the same moment:
 		// number it again (prepareGateway picks among the subnets free now)
 		// and retry.
@@ -358,10 +345,55 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		}
 		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
 	}
-	if ran && cs != nil {
+	if ran && cs != nil && !s.Keep.Kept() {
 		if serr := cs.Finish(s.Streams.Err, errors.Is(err, ErrCopyOut)); serr != nil {
 			err = errors.Join(err, serr)
 		}
+	}
+	return code, err
+}
+
+// runProject runs the sandbox of project, serving the agent's requests
+// and its ports while it runs; ran is set once its command has run.
+func (s *launch) runProject(ctx context.Context, project *types.Project, lookup func(string) (string, bool), check *guardCheck, ran *bool) (code int, err error) {
+	allowlist := s.Profile.Network.Mode == "allowlist"
+	ports := s.newPorts(project)
+	stopRequests, err := s.serveAgentRequests(ctx, project, ports)
+	if err != nil {
+		ports.Close()
+		if allowlist {
+			dropRunDirs(s.opts.Project)
+		}
+		return 0, err
+	}
+	stopHook := serveTestRequests(map[string]func(context.Context, ask.Request) (map[string]any, error){"port": ports.Handle})
+	code, err = Run(ctx, s.rt, project, RunOptions{
+		TTY:         s.TTY,
+		Interactive: true,
+		Build:       s.build,
+		LookupEnv:   lookup,
+		// The image check of preflight has just looked.
+		ImageChecked: true,
+		Ran: func() {
+			*ran = true
+			check.begin() // while the engine removes the containers
+			if werr := copyBackWrites(s.mounts); werr != nil {
+				s.report.Warn(werr.Error())
+			}
+		},
+		Keep: s.Keep,
+	})
+	stopHook()
+	stopRequests()
+	if werr := s.mounts.FinishWrites(s.report); werr != nil {
+		s.report.Warn(werr.Error())
+	}
+	s.mounts = nil
+	if perr := ports.Close(); perr != nil {
+		s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
+	}
+	if allowlist {
+		dropRunDirs(s.opts.Project)
 	}
 	return code, err
 }

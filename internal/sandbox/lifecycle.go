@@ -66,6 +66,11 @@ type RunOptions struct {
 	// Signals is where the run hears the launcher's signals; nil for the
 	// process's own (SIGINT, SIGTERM and SIGHUP).
 	Signals Signals
+	// Keep, when set, makes the sandbox a persistent one (up, start, down):
+	// started detached (or, made already, started again) and held by the
+	// supervisor until it ends; stopped and kept (stop), it is neither
+	// copied back nor removed.
+	Keep *Keep
 }
 
 // Signals delivers the launcher's signals to a run. Notify starts the
@@ -114,23 +119,25 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 	ctx = r.hearSignals(ctx)
 	defer func() { code, err = r.teardown(code, err) }()
 
-	if err := r.ensureImages(ctx, svc); err != nil {
-		return 0, err
-	}
-	uppers, err := r.fillVolumes(ctx, svc)
-	if err != nil {
-		return 0, err
+	uppers := volumeUppers(r.project)
+	if !o.Keep.resuming() {
+		// Made once: a persistent sandbox started again has its images,
+		// and its volumes hold what it wrote.
+		if err := r.ensureImages(ctx, svc); err != nil {
+			return 0, err
+		}
+		if err := r.fillVolumes(ctx, svc); err != nil {
+			return 0, err
+		}
 	}
 	// The disk cap: a storage option where the engine enforces it, and
 	// the launcher's watch on the rest, for as long as the sandbox runs.
-	var plan *backend.DiskPlan
-	if limit := generator.DiskCap(svc); limit > 0 {
-		if plan, err = rt.PlanDisk(ctx, project, backend.DiskRequest{Service: generator.Service, Cap: limit, OverlayUppers: uppers}); err != nil {
-			return 0, err
-		}
-		if plan.StorageOpt != "" {
-			svc.StorageOpt = map[string]string{"size": plan.StorageOpt}
-		}
+	plan, err := r.planDisk(ctx, svc, uppers)
+	if err != nil {
+		return 0, err
+	}
+	if plan != nil && plan.StorageOpt != "" {
+		svc.StorageOpt = map[string]string{"size": plan.StorageOpt}
 	}
 	project.Services[generator.Service] = svc
 	w := &diskWatch{plan: plan, kill: r.kill}
@@ -158,21 +165,49 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 		w.start()
 		code, err = r.runOne(ctx)
 	}
+	if err == nil && o.Keep != nil {
+		// A persistent sandbox runs until its supervisor lets it go; an
+		// engine that comes back with it has it watched again.
+		code, err = o.Keep.hold(ctx, r, w, func(ctx context.Context) error {
+			p, perr := r.planDisk(ctx, svc, uppers)
+			if perr != nil {
+				return perr
+			}
+			w.plan = p
+			w.start()
+			return nil
+		})
+	}
 	w.stop()
 	// The Runtime may have reset the process's handlers: ours must be armed.
 	r.sigs.Notify(r.sigc)
 	return r.outcome(code, err, svc, timedOut.Load(), w.over.Load())
 }
 
+// planDisk says how the disk cap of svc holds, when it has one; nil when
+// it has none.
+func (r *run) planDisk(ctx context.Context, svc types.ServiceConfig, uppers map[string]string) (*backend.DiskPlan, error) {
+	limit := generator.DiskCap(svc)
+	if limit <= 0 {
+		return nil, nil
+	}
+	return r.rt.PlanDisk(ctx, r.project, backend.DiskRequest{Service: generator.Service, Cap: limit, OverlayUppers: uppers})
+}
+
 // outcome copies back what the sandbox wrote, when its command ran, and
 // says how the run ended: the command's exit code, or the launcher's
-// reason to stop it.
+// reason to stop it. A persistent sandbox stopped and kept keeps what it
+// wrote where it is.
 func (r *run) outcome(code int, err error, svc types.ServiceConfig, timedOut bool, over *backend.DiskCapError) (int, error) {
 	if err == nil || timedOut || over != nil {
 		if r.o.Ran != nil {
 			r.o.Ran()
 		}
-		if cerrs := r.copyBack(svc); len(cerrs) > 0 {
+		var cerrs []error
+		if !r.o.Keep.Kept() {
+			cerrs = r.copyBack(svc)
+		}
+		if len(cerrs) > 0 {
 			switch {
 			case over != nil:
 				code, err = backend.ExitDiskCap, over
@@ -276,7 +311,10 @@ func (r *run) teardown(code int, err error) (int, error) {
 	r.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), removeBudget)
 	defer cancel()
-	rerr := r.rt.Remove(ctx, r.project.Name, 0)
+	var rerr error
+	if !r.o.Keep.Kept() {
+		rerr = r.rt.Remove(ctx, r.project.Name, 0)
+	}
 	r.sigs.Stop(r.sigc)
 	// A signal before the container ran shows as a cancelled context.
 	if s := r.interrupted(); s != nil && (errors.Is(err, context.Canceled) || err == nil && code == 0) {
@@ -320,20 +358,17 @@ func (r *run) ensureImage(ctx context.Context, svc types.ServiceConfig, build bo
 }
 
 // fillVolumes makes the project's volumes (a changeset's), so that the
-// teardown removes them by label, and fills those of the copies. It
-// returns the overlay volumes' upper directories, which the launcher may
-// watch.
-func (r *run) fillVolumes(ctx context.Context, svc types.ServiceConfig) (uppers map[string]string, err error) {
-	uppers = volumeUppers(r.project) // before CreateVolumes takes the options off
+// teardown removes them by label, and fills those of the copies.
+func (r *run) fillVolumes(ctx context.Context, svc types.ServiceConfig) error {
 	if err := r.rt.CreateVolumes(ctx, r.project, svc.Image); err != nil {
-		return nil, err
+		return err
 	}
 	for _, c := range r.copies {
 		if err := r.rt.CopyIn(ctx, r.volume(svc, c), c.From); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return uppers, nil
+	return nil
 }
 
 // volume is the engine's volume of a copy, copied by helpers of the
@@ -342,8 +377,12 @@ func (r *run) volume(svc types.ServiceConfig, c backend.VolumeCopy) backend.Volu
 	return backend.Volume{Name: r.project.Volumes[c.Volume].Name, Image: svc.Image, Labels: svc.Labels}
 }
 
-// runOne runs the agent's container.
+// runOne runs the agent's container: attached, or, for a persistent
+// sandbox, detached, or started again when it is made already.
 func (r *run) runOne(ctx context.Context) (int, error) {
+	if k := r.o.Keep; k.resuming() {
+		return 0, k.start(ctx, r)
+	}
 	return r.rt.Run(ctx, r.project, backend.RunSpec{
 		Service:     generator.Service,
 		TTY:         r.o.TTY,
@@ -351,6 +390,7 @@ func (r *run) runOne(ctx context.Context) (int, error) {
 		Streams:     r.o.Streams,
 		// A signal the Runtime forwarded to a sandbox not running yet.
 		NotRunning: r.stopStart,
+		Detach:     r.o.Keep != nil,
 	})
 }
 
@@ -435,6 +475,10 @@ func prepare(project *types.Project, o RunOptions) (*types.Project, types.Servic
 	svc.Environment = env
 	p.Services[generator.Service] = svc
 	launcher := launcherLabels(p.Name)
+	if o.Keep != nil {
+		o.Keep.project = project // as generated: no value of a passed variable
+		maps.Copy(launcher, o.Keep.labels())
+	}
 	for name, s := range p.Services {
 		s.Labels = withLabels(s.Labels, launcher)
 		p.Services[name] = s

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"os"
 
 	"github.com/propio/propio-sandbox/internal/backend"
 )
@@ -30,7 +31,30 @@ func removeLeftovers(ctx context.Context, rt backend.Runtime, list []backend.San
 }
 
 // leftover reports whether the sandbox was left by a launcher of this host
-// that is gone: its launcher's pid runs no more.
+// that is gone: its launcher's pid runs no more. A persistent sandbox's
+// resources belong to its record, not to a pid (it is stopped on purpose,
+// or between two supervisors): they are left over only when the record
+// says nothing of them any more.
 func leftover(s backend.Sandbox) bool {
+	if s.Keep != "" {
+		return backend.SameHost(s.Host) && keptLeftover(s)
+	}
 	return backend.SameHost(s.Host) && !backend.LauncherAlive(s.PID, s.Host)
+}
+
+// keptLeftover reports whether a persistent sandbox's resources are left
+// over: its record is gone (down forgot it, or its directory was removed),
+// is another sandbox's of the same name, says it is gone, or it never got
+// past its start (its supervisor was killed then). A record that cannot
+// be read (another user's) says nothing: the resources stay.
+func keptLeftover(s backend.Sandbox) bool {
+	rec, err := readRecord(s.Keep)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true
+	case err != nil:
+		return false
+	}
+	rec = rec.current()
+	return rec.ID != s.KeepID || rec.State == StateGone
 }

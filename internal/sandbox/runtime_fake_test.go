@@ -55,6 +55,12 @@ type fakeRuntime struct {
 	// relay, when set, is what one does once started.
 	relays map[string]backend.Relay
 	relay  func(id string, r backend.Relay)
+	// ended is closed, with code set, when a detached (persistent)
+	// sandbox's container stops: Stop, Kill, or the test's end.
+	ended chan struct{}
+	code  int
+	// gone: the engine went away (goAway) while Wait waited.
+	gone bool
 }
 
 var _ backend.Runtime = (*fakeRuntime)(nil)
@@ -255,6 +261,12 @@ func (f *fakeRuntime) Run(ctx context.Context, project *types.Project, o backend
 		return 0, ctx.Err()
 	}
 	f.setState("running")
+	if o.Detach {
+		f.mu.Lock()
+		f.ended = make(chan struct{})
+		f.mu.Unlock()
+		return 0, nil
+	}
 	code, err := 0, error(nil)
 	if f.run != nil {
 		code, err = f.run(ctx, o)
@@ -265,6 +277,7 @@ func (f *fakeRuntime) Run(ctx context.Context, project *types.Project, o backend
 
 func (f *fakeRuntime) Kill(ctx context.Context, project string) error {
 	err := f.step(ctx, "Kill", project)
+	f.end(137, "exited")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	select {
@@ -461,3 +474,89 @@ func withExtension(p *types.Project, copies []backend.VolumeCopy, timeout time.D
 	p.Services[generator.Service] = svc
 	return p
 }
+
+// end stops a detached sandbox's container with code, once, leaving it in
+// state.
+func (f *fakeRuntime) end(code int, state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended == nil || f.state != "running" {
+		return
+	}
+	f.state, f.code = state, code
+	close(f.ended)
+}
+
+func (f *fakeRuntime) Container(ctx context.Context, project, service string) (string, error) {
+	if err := f.step(ctx, "Container", project, service); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch f.state {
+	case "running", "exited", "stopped":
+		return "agent-1", nil
+	}
+	return "", nil
+}
+
+// Wait waits until a detached sandbox's container stops, unless on["Wait"]
+// fails first (an engine that went away).
+func (f *fakeRuntime) Wait(ctx context.Context, project, service string) (int, error) {
+	if err := f.step(ctx, "Wait", project); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	ended := f.ended
+	f.mu.Unlock()
+	if ended == nil {
+		return 0, fmt.Errorf("%s has no container to wait for", project)
+	}
+	select {
+	case <-ended:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.gone {
+			f.gone = false
+			return 0, goneError{}
+		}
+		return f.code, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (f *fakeRuntime) Start(ctx context.Context, project *types.Project) error {
+	if err := f.step(ctx, "Start", project.Name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state != "running" {
+		f.state = "running"
+		f.ended = make(chan struct{})
+	}
+	return nil
+}
+
+func (f *fakeRuntime) Stop(ctx context.Context, project string) error {
+	err := f.step(ctx, "Stop", project)
+	f.end(0, "stopped")
+	return err
+}
+
+// goAway is the engine going away while a detached sandbox runs: Wait
+// fails with an error that is backend.ErrEngineGone, and the engine has
+// stopped the container.
+func (f *fakeRuntime) goAway() {
+	f.mu.Lock()
+	f.gone = true
+	f.mu.Unlock()
+	f.end(0, "stopped")
+}
+
+// goneError is an engine's error that is backend.ErrEngineGone.
+type goneError struct{}
+
+func (goneError) Error() string        { return "the engine does not answer" }
+func (goneError) Is(target error) bool { return target == backend.ErrEngineGone }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/propio/propio-sandbox/internal/ask"
 )
@@ -13,3 +14,8 @@ import (
 var serveTestRequests = func(map[string]func(context.Context, ask.Request) (map[string]any, error)) (stop func()) {
 	return func() {}
 }
+
+// engineWait is how long a persistent sandbox's supervisor waits for an
+// engine that went away: EngineWait, but in the tests' build, where
+// PROPIO_SANDBOX_E2E_ENGINE_WAIT may shorten it.
+var engineWait = func() time.Duration { return EngineWait }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/propio/propio-sandbox/internal/ask"
 )
@@ -18,7 +19,15 @@ import (
 // with {"result": {...}} or {"error": "..."}.
 const EnvTestRequests = "PROPIO_SANDBOX_E2E_REQUESTS"
 
+// EnvTestEngineWait shortens, in a launcher built with the tag e2ehooks,
+// how long a persistent sandbox's supervisor waits for an engine that went
+// away (EngineWait), so that a test sees it give up.
+const EnvTestEngineWait = "PROPIO_SANDBOX_E2E_ENGINE_WAIT"
+
 func init() {
+	if d, err := time.ParseDuration(os.Getenv(EnvTestEngineWait)); err == nil && d > 0 {
+		engineWait = func() time.Duration { return d }
+	}
 	serveTestRequests = func(handlers map[string]func(context.Context, ask.Request) (map[string]any, error)) func() {
 		path := os.Getenv(EnvTestRequests)
 		if path == "" {

@@ -465,3 +465,19 @@ func (l *Changeset) Finish(w io.Writer, copyFailed bool) error {
 	fmt.Fprintf(w, "%s:   resume:  %s run --changeset --resume %s\n", command, command, id)
 	return nil
 }
+
+// Reattach takes the changeset id that a persistent sandbox, made
+// already, writes to (its overlay, or its volumes, hold what it wrote), to
+// be finished when the sandbox is removed: nothing is made or realised
+// again.
+func Reattach(id string) (*Changeset, error) {
+	store, err := changeset.DefaultStore()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := store.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return &Changeset{cs: cs}, nil
+}
