@@ -35,6 +35,10 @@ type Spec struct {
 	Env []string
 	// Dir is its working directory; "" is the launcher's.
 	Dir string
+	// Files are open files the child inherits, as its file descriptors 4,
+	// 5, ... (File(0), File(1), ... in the child): locks it takes over,
+	// which stay held while either process has them open.
+	Files []*os.File
 }
 
 // Start starts s and waits until it is ready (it called Ready(nil)): then
@@ -43,40 +47,15 @@ type Spec struct {
 // with the last lines of its log. ctx bounds the wait; when it ends first,
 // the child is killed.
 func Start(ctx context.Context, s Spec) (pid int, err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("finding this program: %w", err)
-	}
-	logf, err := os.OpenFile(s.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("opening the background process's log: %w", err)
-	}
-	defer logf.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return 0, err
-	}
-	defer devnull.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return 0, err
 	}
 	defer r.Close()
-	cmd := exec.Command(self, s.Args...)
-	cmd.Dir = s.Dir
-	cmd.Env = s.Env
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
+	cmd, err := launchChild(s, w)
+	if err != nil {
+		return 0, err
 	}
-	cmd.Env = append(cmd.Env, readyFD+"=3")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		w.Close()
-		return 0, fmt.Errorf("starting %s: %w", s.Args, err)
-	}
-	w.Close() // the child's copy stays open until it is ready
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	said := make(chan string, 1)
@@ -103,6 +82,71 @@ func Start(ctx context.Context, s Spec) (pid int, err error) {
 		return 0, fmt.Errorf("the background process %s ended before it was ready (%v)%s", s.Args, err, tail(s.Log))
 	}
 }
+
+// Spawn starts s and returns at once, the child's pid, not waiting until it
+// is ready: for work the parent hands over and need not hear about (the
+// child's Ready says nothing to anyone). An error says it could not start.
+func Spawn(s Spec) (pid int, err error) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	cmd, err := launchChild(s, devnull)
+	if err != nil {
+		return 0, err
+	}
+	// Its exit is reaped while this process lives, and by init after.
+	go cmd.Wait()
+	return cmd.Process.Pid, nil
+}
+
+// launchChild starts s in a session of its own, its output appended to s.Log,
+// with ready as its file descriptor 3 and s.Files after it; ready is
+// closed in this process.
+func launchChild(s Spec, ready *os.File) (*exec.Cmd, error) {
+	defer ready.Close() // the child's copy stays open until it is ready
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program: %w", err)
+	}
+	logf, err := os.OpenFile(s.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the background process's log: %w", err)
+	}
+	defer logf.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(self, s.Args...)
+	cmd.Dir = s.Dir
+	cmd.Env = s.Env
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, readyFD+"=3")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.ExtraFiles = append([]*os.File{ready}, s.Files...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", s.Args, err)
+	}
+	return cmd, nil
+}
+
+// File is the i-th of the files the parent passed in Spec.Files, in a child
+// that Start or Spawn started (nil otherwise).
+func File(i int, name string) *os.File {
+	if i < 0 || !child {
+		return nil
+	}
+	return os.NewFile(uintptr(4+i), name)
+}
+
+// child: this process was started by Start or Spawn (Ready unsets the
+// variable that says so).
+var child = os.Getenv(readyFD) != ""
 
 // Ready says, in a child that Start started, that it is ready (err nil)
 // or that it failed (the parent's Start returns err). Outside such a child,
