@@ -99,6 +99,10 @@ type Runtime interface {
 	// Errors it returns wrap ErrStorageOptRefused or ErrSubnetTaken when
 	// that is what went wrong.
 	Run(ctx context.Context, project *types.Project, o RunSpec) (code int, err error)
+	// Up creates the project's networks and starts its services, detached,
+	// as `docker compose up -d` does (an allowlist's gateway prepared ahead
+	// of the sandbox that will use it).
+	Up(ctx context.Context, project *types.Project) error
 	// Exec runs a command in the running container of the project's
 	// service, as `docker compose exec` does, and returns its exit code (an
 	// exit code above zero is not an error).
@@ -112,6 +116,9 @@ type Runtime interface {
 	// (the sandbox's one-off), and returns its id. It carries r.Labels
 	// (the sandbox's), so that Remove removes it with the sandbox.
 	StartRelay(ctx context.Context, r Relay) (id string, err error)
+	// Running reports whether the project has a running container of
+	// service (a gateway prepared ahead, before a run adopts it).
+	Running(ctx context.Context, project, service string) (bool, error)
 	// RemoveContainer removes the container id, running or not; one that is
 	// gone already is no error.
 	RemoveContainer(ctx context.Context, id string) error
@@ -133,6 +140,10 @@ type Runtime interface {
 	Remove(ctx context.Context, project string, launcher int) error
 	// List returns the sandboxes the engine holds, oldest first.
 	List(ctx context.Context) ([]Sandbox, error)
+	// Reachable says, within a short time and on a connection of its own,
+	// whether the engine still answers: an error when it has gone away
+	// (stopped, shutting down, not answering).
+	Reachable(ctx context.Context) error
 }
 
 // Resources are a container's limits: CPUs (cores), Memory (bytes), PIDs
@@ -256,6 +267,9 @@ type RunSpec struct {
 	// found the container not running yet (created, not started): the
 	// signal is lost on it, and the launch must stop the start itself.
 	NotRunning func(os.Signal)
+	// Started, when set, is called once the container has been started,
+	// with its name.
+	Started func(container string)
 }
 
 // ExecSpec says how Exec runs a command.
@@ -368,6 +382,9 @@ type Sandbox struct {
 	Alive     bool      `json:"launcher_alive"` // the launcher process still runs (on this host)
 	State     string    `json:"state"`          // of its container, or "leftover" when only networks remain
 	Created   time.Time `json:"created"`
+	// Prepared: made ahead of the sandbox that will use it (an allowlist's
+	// gateway and networks, LabelPrepared), by a process that keeps it.
+	Prepared bool `json:"prepared,omitempty"`
 }
 
 // Labels that tie a sandbox's resources to the launcher that made them.
@@ -378,6 +395,9 @@ const (
 	// LabelHelperImage names, on a volume, an image the engine has that can
 	// make the helper containers for it (the sandbox's).
 	LabelHelperImage = "dev.propio-sandbox.helper-image"
+	// LabelPrepared marks what was made ahead of the sandbox that will use
+	// it (a gateway and its networks); LabelPID is then its keeper's.
+	LabelPrepared = "dev.propio-sandbox.prepared"
 )
 
 // Errors a Runtime's calls wrap, for the launch to branch on.

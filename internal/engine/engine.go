@@ -84,10 +84,13 @@ func HostFromEnv() string {
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
 // ErrEngineTooOld when that is what went wrong.
 func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
+	kind, known := "", false
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
-		if err := probeSocket(path); err != nil {
+		h, err := probeSocket(ctx, path)
+		if err != nil {
 			return nil, err
 		}
+		kind, known = kindOf(h)
 	}
 	base, err := client.New(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -122,14 +125,23 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
 	e := &Engine{Host: host, Kind: Docker, cli: cli, api: api, compose: svc}
-	if err := e.identify(pctx); err != nil {
+	if known {
+		e.Kind = kind
+	} else if err := e.identify(pctx); err != nil {
 		return nil, err
+	}
+	if e.Kind == Podman {
+		// The compatible /info does not say whether Podman is rootless; its
+		// own does.
+		if e.Rootless, err = podmanRootless(pctx, e.Host); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
 
-// identify tells Podman from Docker by the components the engine reports,
-// and a rootless Podman by its security options.
+// identify tells Podman from Docker by the components the engine reports
+// (its version's answer), when the headers of its ping did not say.
 func (e *Engine) identify(ctx context.Context) error {
 	v, err := e.cli.Client().ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
@@ -140,13 +152,7 @@ func (e *Engine) identify(ctx context.Context) error {
 			e.Kind = Podman
 		}
 	}
-	if e.Kind != Podman {
-		return nil
-	}
-	// The compatible /info does not say whether Podman is rootless; its own
-	// does.
-	e.Rootless, err = podmanRootless(ctx, e.Host)
-	return err
+	return nil
 }
 
 // podmanRootless asks Podman's own info endpoint whether it runs rootless.
@@ -194,19 +200,22 @@ func podmanAPI(host string) (*http.Client, string) {
 func (e *Engine) Close() error { return e.cli.Client().Close() }
 
 // probeSocket tells a missing engine from a stopped one and from a socket the
-// user may not open, before any client library turns those into one message.
-func probeSocket(path string) error {
+// user may not open, before any client library turns those into one message;
+// it returns the headers of the engine's ping, which may say what it is.
+func probeSocket(ctx context.Context, path string) (http.Header, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		if installed() {
-			return fmt.Errorf("no engine socket at %s, though Docker is installed: %w", path, ErrEngineNotRunning)
+			return nil, fmt.Errorf("no engine socket at %s, though Docker is installed: %w", path, ErrEngineNotRunning)
 		}
-		return fmt.Errorf("no engine socket at %s and no Docker installed: %w", path, ErrEngineMissing)
+		return nil, fmt.Errorf("no engine socket at %s and no Docker installed: %w", path, ErrEngineMissing)
 	}
-	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h, err := freshPing(ctx, "unix://"+path)
 	if err != nil {
-		return classify("unix://"+path, err)
+		return nil, classify("unix://"+path, err)
 	}
-	return conn.Close()
+	return h, nil
 }
 
 // installed reports whether a Docker engine or CLI is on this machine.
