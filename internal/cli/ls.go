@@ -53,8 +53,9 @@ func newLs(a *app) *cobra.Command {
 }
 
 func newGC(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "gc",
+	var prepared bool
+	cmd := &cobra.Command{
+		Use:   "gc [--prepared]",
 		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,18 +63,29 @@ func newGC(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var removed []string
+			var removed, ahead []string
 			err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
+				if prepared {
+					ahead, err = sandbox.DiscardPrepared(ctx, dirs)
+					for _, p := range ahead {
+						fmt.Fprintf(a.stdout, "removed %s (prepared ahead)\n", p)
+					}
+					if err != nil {
+						return err
+					}
+				}
 				removed, err = sandbox.GC(ctx, reporter{a.stderr}, c, dirs)
 				return err
 			})
 			for _, p := range removed {
 				fmt.Fprintf(a.stdout, "removed %s\n", p)
 			}
-			if err == nil && len(removed) == 0 {
+			if err == nil && len(removed)+len(ahead) == 0 {
 				fmt.Fprintln(a.stdout, "nothing to remove")
 			}
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&prepared, "prepared", false, "also remove the gateways prepared ahead for the next runs (of all your workspaces)")
+	return cmd
 }

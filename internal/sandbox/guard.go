@@ -118,8 +118,39 @@ func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) ([]string,
 // Sandbox is a sandbox on the engine, as ls shows it.
 type Sandbox = backend.Sandbox
 
-// List lists the sandboxes on the engine.
-func List(ctx context.Context, c *Conn) ([]Sandbox, error) { return c.Runtime.List(ctx) }
+// List lists the sandboxes on the engine. A gateway prepared ahead is in
+// state prepared until a run adopts it (the run is listed then); what a
+// background process removes for a launcher that is gone is in state
+// removing.
+func List(ctx context.Context, c *Conn) ([]Sandbox, error) {
+	list, err := c.Runtime.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := namesDir()
+	if err != nil {
+		return nil, err
+	}
+	run := map[string]bool{} // projects a run made some of
+	for _, s := range list {
+		if !s.Prepared {
+			run[s.Project] = true
+		}
+	}
+	out := list[:0]
+	for _, s := range list {
+		switch {
+		case s.Prepared && s.Alive && run[s.Project]:
+			continue // adopted: the run shows
+		case s.Prepared && s.Alive && s.State == "running":
+			s.State = "prepared"
+		case !s.Alive && backend.SameHost(s.Host) && nameBusy(dir, s.Project):
+			s.State = "removing"
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
 
 // Guarded says what the guard did, if it did anything.
 func Guarded(r Reporter, rep guard.Report, quarantine string) {

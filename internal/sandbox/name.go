@@ -44,12 +44,35 @@ func namesDir() (string, error) {
 // release, against launchers of this host (of any user, when dir is
 // namesDir); a launcher that is killed lets go of it with its process.
 func claimName(dir, workspace string, taken func(string) bool) (name string, release func(), err error) {
+	h, err := claimHeld(dir, workspace, taken)
+	if err != nil {
+		return "", nil, err
+	}
+	return h.Name, h.release, nil
+}
+
+// heldName is a sandbox name this process holds: the lock on its file,
+// which a background process it hands the name to inherits (a lock held
+// by either of them holds the name).
+type heldName struct {
+	Name string
+	file *os.File
+}
+
+func (h *heldName) release() {
+	if h != nil && h.file != nil {
+		h.file.Close()
+	}
+}
+
+// claimHeld is claimName's name and its lock.
+func claimHeld(dir, workspace string, taken func(string) bool) (*heldName, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", nil, fmt.Errorf("making the launch lock directory: %w", err)
+		return nil, fmt.Errorf("making the launch lock directory: %w", err)
 	}
 	base := generator.ProjectName(workspace, "")
 	for i := 1; i <= maxNames; i++ {
-		name = base
+		name := base
 		if i > 1 {
 			name = base + "-" + strconv.Itoa(i)
 		}
@@ -58,21 +81,34 @@ func claimName(dir, workspace string, taken func(string) bool) (name string, rel
 			continue // another user's, which only they can open
 		}
 		if err != nil {
-			return "", nil, fmt.Errorf("taking the sandbox's name: %w", err)
+			return nil, fmt.Errorf("taking the sandbox's name: %w", err)
 		}
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil && !taken(name) {
-			return name, func() { f.Close() }, nil
+			return &heldName{Name: name, file: f}, nil
 		}
 		f.Close()
 		if err == nil {
 			continue
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return "", nil, fmt.Errorf("taking the sandbox's name: %w", err)
+			return nil, fmt.Errorf("taking the sandbox's name: %w", err)
 		}
 	}
-	return "", nil, fmt.Errorf("%d sandboxes of %s run already", maxNames, workspace)
+	return nil, fmt.Errorf("%d sandboxes of %s run already", maxNames, workspace)
+}
+
+// nameBusy reports whether a process of this host holds the sandbox name
+// project: a launcher running it, or the background process removing what
+// its launcher left, or keeping it prepared. What such a name's sandboxes
+// left is theirs to remove, never gc's.
+func nameBusy(dir, project string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, project+".lock"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false // never claimed here, or another user's (whose launchers gc cannot see)
+	}
+	defer f.Close()
+	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
 // openLock opens a name's lock file, never through a link, creating it so

@@ -47,3 +47,25 @@ func TestClaimName(t *testing.T) {
 	release3()
 	release4()
 }
+
+// A name held by a process of this host (a launcher, or the background
+// process its launcher handed it to) is busy; a released one, or one never
+// claimed, is not.
+func TestNameBusy(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(t.TempDir(), "ws")
+	h, err := claimHeld(dir, ws, func(string) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nameBusy(dir, h.Name) {
+		t.Errorf("%s is held but not busy", h.Name)
+	}
+	if nameBusy(dir, h.Name+"-2") {
+		t.Error("a name never claimed is busy")
+	}
+	h.release()
+	if nameBusy(dir, h.Name) {
+		t.Errorf("%s is released but busy", h.Name)
+	}
+}
