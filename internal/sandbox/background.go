@@ -135,6 +135,9 @@ func (r Removal) Run(ctx context.Context) error {
 // of project, holding the name (and the workspace's busy lock) while it
 // does. It reports whether it did: when not, the caller removes it.
 func (s *launch) handOff(project string) bool {
+	if s.removeHere {
+		return false
+	}
 	launcher := os.Getpid()
 	if s.adopted != nil {
 		if s.adopted.release() {

@@ -144,7 +144,7 @@ func List(ctx context.Context, c *Conn) ([]Sandbox, error) {
 			continue // adopted: the run shows
 		case s.Prepared && s.Alive && s.State == "running":
 			s.State = "prepared"
-		case !s.Alive && backend.SameHost(s.Host) && nameBusy(dir, s.Project):
+		case !s.Alive && backend.SameHost(s.Host) && nameBusy(dir, s.Project, s.PID):
 			s.State = "removing"
 		}
 		out = append(out, s)

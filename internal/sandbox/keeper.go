@@ -81,6 +81,10 @@ func (kp Keeper) Run(ctx context.Context) error {
 	if k.name, k.busy = daemon.File(0, "name lock"), daemon.File(1, "busy lock"); k.name == nil || k.busy == nil {
 		return errors.New("a keeper is started by a launcher, which hands it the sandbox's name")
 	}
+	// What it makes carries its pid: it answers for that.
+	if err := k.held().answerFor(os.Getpid()); err != nil {
+		return err
+	}
 	sock := k.spec.Project + ".sock"
 	ln, err := listenUnix(k.dir, sock, 0o600)
 	if err != nil {
@@ -121,6 +125,9 @@ func (kp Keeper) Run(ctx context.Context) error {
 	k.say("removed (%s): %v", why, err)
 	return err
 }
+
+// held is the name it holds.
+func (k *keeper) held() *heldName { return &heldName{Name: k.spec.Project, file: k.name} }
 
 // prepare makes the gateway and its networks: the decision log the gateway
 // writes (empty until a run begins it), the sandbox's resolv.conf, then the
@@ -340,6 +347,8 @@ func (k *keeper) adopt(req keeperRequest) (keeperReply, *os.File) {
 	}
 	k.state, k.adopter, k.busy = "adopted", req.PID, busy
 	k.mu.Unlock()
+	// And for what the run makes, which it removes with the gateway.
+	k.held().answerFor(os.Getpid(), req.PID)
 	k.say("adopted by launcher %s", strconv.Itoa(req.PID))
 	a.State, a.OK = "adopted", true
 	return a, k.name

@@ -87,6 +87,8 @@ type launch struct {
 	tempEngine bool
 	// engineGone: the engine went away during the run.
 	engineGone bool
+	// removeHere: the removal is not handed over (a changeset's).
+	removeHere bool
 	// names are the engine's sandboxes when the launch began.
 	names engineNames
 	// keep is how long a gateway prepared ahead is kept (0: none is);
@@ -324,6 +326,9 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 	if err != nil {
 		return 0, err
 	}
+	// A changeset's volumes are removed before the launcher returns: the
+	// removal settles its overlay, and the next run may resume it.
+	s.removeHere = cs != nil
 	ran := false
 	defer func() {
 		if !ran {

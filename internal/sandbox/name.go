@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -85,7 +88,8 @@ func claimHeld(dir, workspace string, taken func(string) bool) (*heldName, error
 		}
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil && !taken(name) {
-			return &heldName{Name: name, file: f}, nil
+			h := &heldName{Name: name, file: f}
+			return h, h.answerFor(os.Getpid())
 		}
 		f.Close()
 		if err == nil {
@@ -98,17 +102,40 @@ func claimHeld(dir, workspace string, taken func(string) bool) (*heldName, error
 	return nil, fmt.Errorf("%d sandboxes of %s run already", maxNames, workspace)
 }
 
+// answerFor writes in the name's lock file the launchers whose sandboxes of
+// the name its holders answer for (their pids, on the sandboxes' labels):
+// the launcher that claimed it, a keeper, the run that adopted its gateway.
+func (h *heldName) answerFor(pids ...int) error {
+	var b strings.Builder
+	for _, pid := range pids {
+		fmt.Fprintf(&b, "%d\n", pid)
+	}
+	if err := h.file.Truncate(0); err != nil {
+		return fmt.Errorf("taking the sandbox's name: %w", err)
+	}
+	if _, err := h.file.WriteAt([]byte(b.String()), 0); err != nil {
+		return fmt.Errorf("taking the sandbox's name: %w", err)
+	}
+	return nil
+}
+
 // nameBusy reports whether a process of this host holds the sandbox name
-// project: a launcher running it, or the background process removing what
-// its launcher left, or keeping it prepared. What such a name's sandboxes
-// left is theirs to remove, never gc's.
-func nameBusy(dir, project string) bool {
+// project and answers for what the launcher pid made of it: that launcher
+// running it, or the background process removing what it left, or keeping
+// it prepared. That is theirs to remove, never gc's. (A new launcher that
+// holds the name answers for its own sandbox only: what an earlier one of
+// the name left is a leftover.)
+func nameBusy(dir, project string, pid int) bool {
 	f, err := os.OpenFile(filepath.Join(dir, project+".lock"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false // never claimed here, or another user's (whose launchers gc cannot see)
 	}
 	defer f.Close()
-	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK)
+	if !errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK) {
+		return false
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 4096))
+	return slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid))
 }
 
 // openLock opens a name's lock file, never through a link, creating it so
