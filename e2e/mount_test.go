@@ -113,13 +113,21 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // and its project.
 func agentOf(t *testing.T, s *sandbox) (id, project string) {
 	t.Helper()
-	out, err := docker("ps", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "label=com.docker.compose.service=agent",
-		"--format", `{{.ID}} {{.Label "dev.propio-sandbox.project"}}`)
-	id, project, ok := strings.Cut(firstLine(out), " ")
-	if err != nil || !ok {
-		t.Fatalf("finding the agent's container: %q, %v", out, err)
+	// The agent's output can come before the engine lists its container
+	// running (a loaded machine shows it): it is looked for a while.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := docker("ps", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "label=com.docker.compose.service=agent",
+			"--format", `{{.ID}} {{.Label "dev.propio-sandbox.project"}}`)
+		id, project, ok := strings.Cut(firstLine(out), " ")
+		if err == nil && ok {
+			return id, project
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("finding the agent's container: %q, %v", out, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return id, project
 }
 
 // mountsFor is the mount requests' handler of the sandbox project, as its
