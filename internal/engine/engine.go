@@ -84,13 +84,14 @@ func HostFromEnv() string {
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
 // ErrEngineTooOld when that is what went wrong.
 func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
-	kind, known := "", false
+	kind, known, apiVersion := "", false, ""
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
 		h, err := probeSocket(ctx, path)
 		if err != nil {
 			return nil, err
 		}
 		kind, known = kindOf(h)
+		apiVersion = h.Get("Api-Version")
 	}
 	base, err := client.New(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -110,12 +111,15 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ping, err := cli.Client().Ping(pctx, client.PingOptions{})
-	if err != nil {
-		return nil, classify(host, err)
+	if apiVersion == "" { // the socket's ping did not say, or there was none
+		ping, err := cli.Client().Ping(pctx, client.PingOptions{})
+		if err != nil {
+			return nil, classify(host, err)
+		}
+		apiVersion = ping.APIVersion
 	}
-	if ping.APIVersion != "" && versionLess(ping.APIVersion, MinAPIVersion) {
-		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, ping.APIVersion, MinAPIVersion, ErrEngineTooOld)
+	if apiVersion != "" && versionLess(apiVersion, MinAPIVersion) {
+		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, apiVersion, MinAPIVersion, ErrEngineTooOld)
 	}
 	// The service takes its streams from the CLI, which keeps stdin the
 	// terminal it is: compose.WithStreams would wrap it, and the SDK would

@@ -108,6 +108,14 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	// Nothing is created before every check has passed.
 	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint}
 	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
+	// The engine's sandboxes are listed while the other checks go on.
+	listed := make(chan namesResult, 1)
+	f.connected = func(c *Conn) {
+		go func() {
+			n, err := namesOn(ctx, c.Runtime)
+			listed <- namesResult{n, err}
+		}()
+	}
 	if err := f.Run(ctx); err != nil {
 		return 0, err
 	}
@@ -131,7 +139,8 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.facts = facts
-	names, err := namesOn(ctx, s.rt)
+	res := <-listed
+	names, err := res.names, res.err
 	if err != nil {
 		return 0, err
 	}
@@ -153,6 +162,12 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	defer s.spares.Wait() // the next run's gateway is handed over
 	s.opts.Project = s.name.Name
 	return s.run(ctx, names)
+}
+
+// namesResult is what namesOn found.
+type namesResult struct {
+	names engineNames
+	err   error
 }
 
 // prepare makes the plan and the first project, under the name render
