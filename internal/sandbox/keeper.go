@@ -93,6 +93,7 @@ func (kp Keeper) Run(ctx context.Context) error {
 	defer os.Remove(filepath.Join(k.dir, sock))
 	defer ln.Close()
 	go k.serve(ln)
+	k.await(daemon.File(2, "launcher"))
 	start := time.Now()
 	c, err := k.prepare(ctx)
 	if c != nil {
@@ -124,6 +125,29 @@ func (kp Keeper) Run(ctx context.Context) error {
 	k.answering.Wait()
 	k.say("removed (%s): %v", why, err)
 	return err
+}
+
+// launcherGrace is how long a keeper lets its launcher's sandbox start and
+// run before it makes its gateway, unless the launcher exits first: the
+// engine, and the machine, are busy with that sandbox meanwhile.
+const launcherGrace = time.Second
+
+// await waits until the launcher has exited (its end of the pipe closed),
+// or launcherGrace has passed.
+func (k *keeper) await(launcher *os.File) {
+	if launcher == nil {
+		return
+	}
+	exited := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, launcher) // until the launcher's end closes
+		launcher.Close()
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(launcherGrace):
+	}
 }
 
 // held is the name it holds.
@@ -231,10 +255,12 @@ func (k *keeper) remove(rt backend.Runtime) error {
 	defer close(k.removed)
 	ctx, cancel := context.WithTimeout(context.Background(), removeBudget)
 	defer cancel()
-	err := rt.Remove(ctx, k.spec.Project, os.Getpid())
+	var err error
 	if adopter > 0 {
-		err = errors.Join(err, rt.Remove(ctx, k.spec.Project, adopter))
+		// The run's first: its container is on the keeper's networks.
+		err = rt.Remove(ctx, k.spec.Project, adopter)
 	}
+	err = errors.Join(err, rt.Remove(ctx, k.spec.Project, os.Getpid()))
 	if state != "adopted" {
 		path := decisionlog.Path(hostinfo.Dirs{State: k.spec.State}.LogDir(), k.spec.Project)
 		if fi, serr := os.Stat(path); serr == nil && fi.Size() == 0 {

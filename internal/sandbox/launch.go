@@ -97,6 +97,9 @@ type launch struct {
 	keep    time.Duration
 	adopted *adoption
 	spares  sync.WaitGroup
+	// alive is held open until the launcher exits: the keeper of the gateway
+	// it has prepared reads its end to hear of that.
+	alive *os.File
 }
 
 // Run passes the preflight checks, launches the sandbox and waits for it to

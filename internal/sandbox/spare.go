@@ -440,7 +440,16 @@ func (s *launch) prepareSpare(ctx context.Context) error {
 		return err
 	}
 	defer busy.Close()
-	_, err = daemon.Spawn(daemon.Spec{Args: []string{BackgroundArg, "keep", "--spec", file}, Log: backgroundLog(dir), Dir: "/", Files: []*os.File{held.file, busy}})
+	// The keeper hears of this launcher's exit on a pipe whose other end
+	// this process holds until it exits.
+	exited, alive, err := os.Pipe()
+	if err != nil {
+		os.Remove(file)
+		return err
+	}
+	defer exited.Close()
+	s.alive = alive
+	_, err = daemon.Spawn(daemon.Spec{Args: []string{BackgroundArg, "keep", "--spec", file}, Log: backgroundLog(dir), Dir: "/", Files: []*os.File{held.file, busy, exited}})
 	if err != nil {
 		os.Remove(file)
 	}
