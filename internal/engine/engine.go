@@ -30,6 +30,7 @@ import (
 	"github.com/docker/compose/v5/pkg/compose"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/sirupsen/logrus"
 )
 
 // MinAPIVersion is the oldest engine API propio-sandbox runs on: Docker Engine 20.10.
@@ -79,6 +80,11 @@ func HostFromEnv() string {
 	}
 	return DefaultHost
 }
+
+// The Compose SDK and the docker CLI's code log what they also return (a
+// wait that failed, as exit status 125), through logrus, straight to the
+// process's stderr: the launch says what went wrong, from their errors.
+func init() { logrus.SetOutput(io.Discard) }
 
 // Connect reaches the engine at host and checks that it can run sandboxes.
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
