@@ -74,6 +74,11 @@ func TestBackgroundRemoval(t *testing.T) {
 			t.Fatal("the background removal outlived SIGKILL")
 		}
 	}
+	if len(left()) == 0 {
+		// On an engine shared with launchers of other builds, one of them
+		// may take it, its launcher gone, for a leftover of theirs.
+		t.Skip("another launcher on this engine removed the sandbox once its background removal was killed: gc has nothing to show")
+	}
 	if r := s.Run("", "gc"); r.Code != 0 || !strings.Contains(r.Stdout, "removed "+name) {
 		t.Errorf("gc after the background removal was killed:\n%s", r)
 	}

@@ -109,6 +109,9 @@ func makeSandbox(t *testing.T) *sandbox {
 		// engine the tests share.
 		launch.EnvPrepare + "=0",
 	}
+	// The test's launchers' background work ends with the test: the next
+	// test's sandboxes may take the same names.
+	t.Cleanup(s.WaitBackground)
 	return s
 }
 

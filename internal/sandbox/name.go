@@ -160,18 +160,30 @@ type engineNames struct {
 	left map[string][]int // the pids of the launchers that are gone
 }
 
+// namesOn lists the engine's sandboxes: those a process of this host
+// answers for (a background process removing them, or keeping them) count
+// as held, and are not listed to be removed.
 func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
 	list, err := rt.List(ctx)
 	if err != nil {
 		return engineNames{}, err
 	}
-	n := engineNames{list: list, held: map[string]bool{}, left: map[string][]int{}}
+	dir, err := namesDir()
+	if err != nil {
+		return engineNames{}, err
+	}
+	n := engineNames{held: map[string]bool{}, left: map[string][]int{}}
 	for _, sb := range list {
-		if leftover(sb) {
-			n.left[sb.Project] = append(n.left[sb.Project], sb.PID)
-		} else {
+		switch {
+		case !leftover(sb):
 			n.held[sb.Project] = true
+		case nameBusy(dir, sb.Project, sb.PID):
+			n.held[sb.Project] = true
+			continue // its background process's to remove
+		default:
+			n.left[sb.Project] = append(n.left[sb.Project], sb.PID)
 		}
+		n.list = append(n.list, sb)
 	}
 	return n, nil
 }
