@@ -99,16 +99,21 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 		kind, known = kindOf(h)
 		apiVersion = h.Get("Api-Version")
 	}
-	base, err := client.New(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
+	opts := []client.Opt{client.FromEnv, client.WithHost(host)}
+	if apiVersion != "" {
+		// Known from the socket's ping: no second one to negotiate it.
+		opts = append(opts, client.WithAPIVersion(lowerVersion(apiVersion, client.MaxAPIVersion)))
+	}
+	base, err := client.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", host, err)
 	}
 	api := &apiClient{APIClient: base}
-	opts := []command.CLIOption{command.WithAPIClient(api), command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
+	cliOpts := []command.CLIOption{command.WithAPIClient(api), command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
 	if s.In != nil {
-		opts = append(opts, command.WithInputStream(s.In))
+		cliOpts = append(cliOpts, command.WithInputStream(s.In))
 	}
-	cli, err := command.NewDockerCli(opts...)
+	cli, err := command.NewDockerCli(cliOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("setting up the engine client: %w", err)
 	}
@@ -248,6 +253,14 @@ func classify(host string, err error) error {
 		return fmt.Errorf("engine at %s: %v: %w", host, err, ErrEngineTooOld)
 	}
 	return fmt.Errorf("connecting to %s: %w", host, err)
+}
+
+// lowerVersion is the lower of two API versions.
+func lowerVersion(a, b string) string {
+	if versionLess(b, a) {
+		return b
+	}
+	return a
 }
 
 // versionLess compares API versions such as 1.41 and 1.9.
