@@ -133,7 +133,10 @@ func (r Removal) Run(ctx context.Context) error {
 
 // handOff starts a background process that removes what this launcher made
 // of project, holding the name (and the workspace's busy lock) while it
-// does. It reports whether it did: when not, the caller removes it.
+// does; for a run on a gateway prepared ahead, it tells the gateway's keeper,
+// which removes all of it. It reports whether it did: when not (a
+// changeset's run, whose removal settles its overlay; a Podman service
+// started for the launch, which stops with it), the caller removes it.
 func (s *launch) handOff(project string) bool {
 	if s.removeHere {
 		return false

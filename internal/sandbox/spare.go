@@ -135,7 +135,7 @@ type keeperRequest struct {
 	PID    int    `json:"pid,omitempty"`    // adopt: the launcher's
 }
 
-// keeperAnswer is a keeper's answer, one JSON line.
+// keeperReply is a keeper's answer, one JSON line.
 type keeperReply struct {
 	Project   string `json:"project"`
 	Subnet    string `json:"subnet"`
