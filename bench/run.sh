@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Launch benchmark: propio-sandbox run -- exit 0 against docker run --rm, the
+# Launch benchmark: propio-sandbox run -- clock (network open, allowlist warm
+# and cold) against docker run --rm, the
 # same image and command, interleaved. Needs a running Docker engine; pulls
 # nothing. Usage: bench/run.sh [N]   (N measured launches per arm, default 20)
 set -euo pipefail

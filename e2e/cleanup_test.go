@@ -520,7 +520,20 @@ const (
 
 func cleanupStartProxy(t *testing.T, path string, when cleanupHold) *cleanupProxy {
 	t.Helper()
-	engine := engineSocket(t)
+	return cleanupStartProxyFor(t, http.MethodPost, path, when)
+}
+
+// cleanupStartProxyFor is cleanupStartProxy for the first request of method
+// whose path holds path (a suffix for POST).
+func cleanupStartProxyFor(t *testing.T, method, path string, when cleanupHold) *cleanupProxy {
+	t.Helper()
+	return cleanupStartProxyTo(t, engineSocket(t), method, path, when)
+}
+
+// cleanupStartProxyTo is cleanupStartProxyFor to the engine whose socket is
+// engine.
+func cleanupStartProxyTo(t *testing.T, engine, method, path string, when cleanupHold) *cleanupProxy {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "propio-proxy-") // short: socket paths are limited to 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -531,7 +544,7 @@ func cleanupStartProxy(t *testing.T, path string, when cleanupHold) *cleanupProx
 	suffix, query, _ := strings.Cut(path, "?")
 	key, value, _ := strings.Cut(query, "=")
 	hold := func(r *http.Request) {
-		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, suffix) {
+		if r.Method != method || method == http.MethodPost && !strings.HasSuffix(r.URL.Path, suffix) || !strings.Contains(r.URL.Path, suffix) {
 			return
 		}
 		if key != "" && !strings.Contains(r.URL.Query().Get(key), value) {

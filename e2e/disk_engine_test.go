@@ -182,6 +182,7 @@ func ownSandbox(t *testing.T, host string) *sandbox {
 	s := makeSandbox(t)
 	s.Env = append(s.Env, "DOCKER_HOST="+host, "PROPIO_SANDBOX_TEST_DISK="+diskCap)
 	t.Cleanup(func() {
+		s.WaitBackground()
 		label := "label=dev.propio-sandbox.workspace=" + s.Workspace
 		for _, kind := range [][]string{{"ps", "-a", "-q"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
 			out, err := exec.Command("docker", append([]string{"-H", host}, append(kind, "--filter", label)...)...).CombinedOutput()

@@ -154,8 +154,9 @@ func TestDiskWorkspaceWatched(t *testing.T) {
 	if r := probeRun(s, p, "fs", "write after.txt fine\n"); r.Code != 0 || !strings.Contains(r.Stdout, "done 1") {
 		t.Errorf("a run after the stop (under the cap: the next run starts from a new baseline):\n%s", r)
 	}
-	if r := s.Run("", "ls"); r.Code != 0 || strings.Contains(r.Stdout, "propio-") {
-		t.Errorf("ls after the stops lists sandboxes:\n%s", r)
+	s.WaitBackground()
+	if r := s.Run("", "ls"); r.Code != 0 || strings.Contains(r.Stdout, " "+s.Workspace+" ") {
+		t.Errorf("ls after the stops lists the workspace's sandboxes:\n%s", r)
 	}
 }
 

@@ -18,11 +18,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	launch "github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
@@ -101,8 +104,45 @@ func makeSandbox(t *testing.T) *sandbox {
 		"XDG_CONFIG_HOME=" + filepath.Join(s.Home, ".config"),
 		"XDG_STATE_HOME=" + filepath.Join(s.Home, ".local", "state"),
 		"PROPIO_HOME=" + repoRoot(),
+		// Nothing prepared ahead, unless the test says so (Prepared): a
+		// gateway made for a next run that never comes would only load the
+		// engine the tests share.
+		launch.EnvPrepare + "=0",
 	}
+	// The test's launchers' background work ends with the test: the next
+	// test's sandboxes may take the same names.
+	t.Cleanup(s.WaitBackground)
 	return s
+}
+
+// Prepared lets the test's launches prepare gateways ahead, as a user's
+// do, and removes what they prepared when the test ends (before the check
+// for leftovers).
+func (s *sandbox) Prepared() {
+	s.Env = slices.DeleteFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, launch.EnvPrepare+"=") })
+	s.t.Cleanup(func() {
+		if r := s.Run("", "gc", "--prepared"); r.Code != 0 {
+			s.t.Errorf("removing what was prepared ahead: %s", r)
+		}
+	})
+}
+
+// dirs are the directories of the test's launchers.
+func (s *sandbox) dirs() hostinfo.Dirs {
+	return hostinfo.Dirs{Config: filepath.Join(s.Home, ".config", "propio-sandbox"), State: filepath.Join(s.Home, ".local", "state", "propio-sandbox")}
+}
+
+// WaitBackground waits (two minutes at most) until the background work of
+// the workspace's launchers is done: what they handed over once their
+// sandbox's command ended is removed, the gateway they had prepared ahead
+// is ready.
+func (s *sandbox) WaitBackground() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := launch.WaitBackground(ctx, s.dirs(), s.Workspace); err != nil {
+		s.t.Errorf("waiting for the launchers' background work: %v", err)
+	}
 }
 
 // Profile writes a profile file outside the workspace and returns its path.
@@ -211,8 +251,9 @@ func (s *sandbox) Command(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 // Leftovers lists the containers, networks and volumes that carry this
-// workspace's label.
+// workspace's label, once the launchers' background work is done.
 func (s *sandbox) Leftovers() []string {
+	s.WaitBackground()
 	label := "label=dev.propio-sandbox.workspace=" + s.Workspace
 	var left []string
 	for _, kind := range [][]string{

@@ -17,6 +17,8 @@
 //	probe stderr TEXT         print TEXT on stderr
 //	probe sleep DURATION      sleep, printing "ready" first; on SIGTERM or SIGINT print it and exit 143 or 130
 //	probe exit N              exit with status N
+//	probe clock               print "clock NS", the wall clock in nanoseconds since the epoch, and exit 0
+//	                          (when the sandbox's command ran, for the launch benchmark)
 //
 // Network clients (each wait bounded by --timeout, 5s unless said otherwise):
 //
@@ -196,6 +198,8 @@ func main() {
 		case <-time.After(d):
 			fmt.Println("slept")
 		}
+	case "clock":
+		fmt.Printf("clock %d\n", time.Now().UnixNano())
 	case "exit":
 		need(args, 1)
 		n, err := strconv.Atoi(args[0])

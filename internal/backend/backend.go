@@ -107,6 +107,10 @@ type Runtime interface {
 	// Errors it returns wrap ErrStorageOptRefused or ErrSubnetTaken when
 	// that is what went wrong.
 	Run(ctx context.Context, project *types.Project, o RunSpec) (code int, err error)
+	// Up creates the project's networks and starts its services, detached,
+	// as `docker compose up -d` does (an allowlist's gateway prepared ahead
+	// of the sandbox that will use it).
+	Up(ctx context.Context, project *types.Project) error
 	// Exec runs a command in the running container of the project's
 	// service, as `docker compose exec` does, and returns its exit code (an
 	// exit code above zero is not an error).
@@ -120,6 +124,9 @@ type Runtime interface {
 	// (the sandbox's one-off), and returns its id. It carries r.Labels
 	// (the sandbox's), so that Remove removes it with the sandbox.
 	StartRelay(ctx context.Context, r Relay) (id string, err error)
+	// Running reports whether the project has a running container of
+	// service (a gateway prepared ahead, before a run adopts it).
+	Running(ctx context.Context, project, service string) (bool, error)
 	// RemoveContainer removes the container id, running or not; one that is
 	// gone already is no error.
 	RemoveContainer(ctx context.Context, id string) error
@@ -160,6 +167,11 @@ type Runtime interface {
 	// keeps them, with their writable layers, and the project's networks
 	// and volumes.
 	Stop(ctx context.Context, project string) error
+
+	// Reachable says, within a short time and on a connection of its own,
+	// whether the engine still answers: an error when it has gone away
+	// (stopped, shutting down, not answering).
+	Reachable(ctx context.Context) error
 }
 
 // Resources are a container's limits: CPUs (cores), Memory (bytes), PIDs
@@ -290,6 +302,10 @@ type RunSpec struct {
 	// leaves it running, attached to nothing; it is kept when it stops (a
 	// persistent sandbox's, which Wait waits for).
 	Detach bool
+
+	// Started, when set, is called once the container has been started,
+	// with its name.
+	Started func(container string)
 }
 
 // ExecSpec says how Exec runs a command.
@@ -411,6 +427,10 @@ type Sandbox struct {
 	// LabelKeep names) and which sandbox of that name it is (LabelKeepID).
 	Keep   string `json:"-"`
 	KeepID string `json:"-"`
+
+	// Prepared: made ahead of the sandbox that will use it (an allowlist's
+	// gateway and networks, LabelPrepared), by a process that keeps it.
+	Prepared bool `json:"prepared,omitempty"`
 }
 
 // Labels that tie a sandbox's resources to the launcher that made them.
@@ -426,6 +446,10 @@ const (
 	// name they are: they belong to the record, not to a launcher's pid.
 	LabelKeep   = "dev.propio-sandbox.keep"
 	LabelKeepID = "dev.propio-sandbox.keep-id"
+
+	// LabelPrepared marks what was made ahead of the sandbox that will use
+	// it (a gateway and its networks); LabelPID is then its keeper's.
+	LabelPrepared = "dev.propio-sandbox.prepared"
 )
 
 // Errors a Runtime's calls wrap, for the launch to branch on.

@@ -22,6 +22,9 @@ const (
 	ExitUsage   = 2
 	// ExitPreflight: a preflight check failed, and nothing was created.
 	ExitPreflight = 3
+	// ExitEngineGone: the engine went away during the run (125, as docker
+	// run says a failure of the daemon itself).
+	ExitEngineGone = sandbox.ExitEngineGone
 )
 
 const name = "propio-sandbox"
@@ -93,6 +96,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newApprove(a), newUI(a),
 		newChanges(a), newDiff(a), newApply(a), newDiscard(a),
 		newVersion(a),
+		newBackground(a),
 	)
 	return root
 }

@@ -87,30 +87,48 @@ func (a *app) lsTable(list []sandbox.Sandbox) error {
 }
 
 func newGC(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "gc",
+	var prepared bool
+	cmd := &cobra.Command{
+		Use:   "gc [--prepared]",
 		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes); stop persistent sandboxes whose supervisor was killed",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			dirs, err := hostinfo.UserDirs()
+		RunE:  func(cmd *cobra.Command, _ []string) error { return a.gc(prepared) },
+	}
+	cmd.Flags().BoolVar(&prepared, "prepared", false, "also remove the gateways prepared ahead for the next runs (of all your workspaces)")
+	return cmd
+}
+
+// gc removes what killed launchers left, stops the persistent sandboxes
+// whose supervisor was killed, and, with prepared, the gateways prepared
+// ahead.
+func (a *app) gc(prepared bool) error {
+	dirs, err := hostinfo.UserDirs()
+	if err != nil {
+		return err
+	}
+	var done sandbox.Collected
+	var ahead []string
+	err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
+		if prepared {
+			ahead, err = sandbox.DiscardPrepared(ctx, dirs)
+			for _, p := range ahead {
+				fmt.Fprintf(a.stdout, "removed %s (prepared ahead)\n", p)
+			}
 			if err != nil {
 				return err
 			}
-			var done sandbox.Collected
-			err = a.withEngine(func(ctx context.Context, c *sandbox.Conn) (err error) {
-				done, err = sandbox.GC(ctx, reporter{a.stderr}, c, dirs)
-				return err
-			})
-			for _, p := range done.Removed {
-				fmt.Fprintf(a.stdout, "removed %s\n", p)
-			}
-			for _, n := range done.Stopped {
-				fmt.Fprintf(a.stdout, "stopped %s (its supervisor was gone; start resumes it)\n", n)
-			}
-			if err == nil && len(done.Removed)+len(done.Stopped) == 0 {
-				fmt.Fprintln(a.stdout, "nothing to remove")
-			}
-			return err
-		},
+		}
+		done, err = sandbox.GC(ctx, reporter{a.stderr}, c, dirs)
+		return err
+	})
+	for _, p := range done.Removed {
+		fmt.Fprintf(a.stdout, "removed %s\n", p)
 	}
+	for _, n := range done.Stopped {
+		fmt.Fprintf(a.stdout, "stopped %s (its supervisor was gone; start resumes it)\n", n)
+	}
+	if err == nil && len(done.Removed)+len(done.Stopped)+len(ahead) == 0 {
+		fmt.Fprintln(a.stdout, "nothing to remove")
+	}
+	return err
 }

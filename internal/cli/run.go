@@ -112,7 +112,11 @@ func (a *app) launch(cmd *cobra.Command, args []string, f runFlags) (*sandbox.La
 // sandbox's exit code, or the launch's error with what to do about it.
 func (a *app) launchResult(l *sandbox.Launch, code int, err error) error {
 	var over *sandbox.DiskCapError
+	var gone *sandbox.EngineGoneError
 	switch {
+	case errors.As(err, &gone):
+		// One line: what went away, and what is left for whom.
+		return withCode{gone, ExitEngineGone}
 	case errors.As(err, &over):
 		return withCode{diskCapped(err, over, l.Profile), code}
 	case err != nil && code != 0:

@@ -48,6 +48,10 @@ type Spec struct {
 	// StopWait bounds the wait for the child to end after a SIGTERM, when
 	// ctx ends before it is ready; then it is killed. Zero: killed at once.
 	StopWait time.Duration
+	// Files are open files the child inherits, as its file descriptors 4,
+	// 5, ... (File(0), File(1), ... in the child): locks it takes over,
+	// which stay held while either process has them open.
+	Files []*os.File
 }
 
 // Failure is a child's own report that it failed (Fail), with the exit
@@ -66,35 +70,13 @@ func (f *Failure) Error() string { return f.Msg }
 // when it ends first, the child is sent SIGTERM, and killed if it has not
 // ended within s.StopWait.
 func Start(ctx context.Context, s Spec) (pid int, err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("finding this program: %w", err)
-	}
-	logf, err := os.OpenFile(s.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("opening the background process's log: %w", err)
-	}
-	defer logf.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return 0, err
-	}
-	defer devnull.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return 0, err
 	}
 	defer r.Close()
-	cmd := exec.Command(self, s.Args...)
-	cmd.Dir = s.Dir
-	cmd.Env = s.Env
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
-	}
-	cmd.Env = append(cmd.Env, readyFD+"=3")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
-	cmd.ExtraFiles = []*os.File{w}
 	shown := make(chan struct{})
+	var progress *os.File
 	if s.Progress != nil {
 		pr, pw, err := os.Pipe()
 		if err != nil {
@@ -102,8 +84,7 @@ func Start(ctx context.Context, s Spec) (pid int, err error) {
 			return 0, err
 		}
 		defer pr.Close()
-		cmd.ExtraFiles = append(cmd.ExtraFiles, pw)
-		cmd.Env = append(cmd.Env, progressFD+"=4")
+		progress = pw
 		go func() {
 			defer close(shown)
 			io.Copy(s.Progress, pr)
@@ -111,13 +92,12 @@ func Start(ctx context.Context, s Spec) (pid int, err error) {
 	} else {
 		close(shown)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	for _, f := range cmd.ExtraFiles {
-		f.Close() // the child's copies stay open until it is ready
-	}
+	cmd, err := launchChild(s, w, progress)
 	if err != nil {
-		return 0, fmt.Errorf("starting %s: %w", s.Args, err)
+		if progress != nil {
+			<-shown
+		}
+		return 0, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -176,6 +156,79 @@ func stop(cmd *exec.Cmd, exited chan error, wait time.Duration) {
 	cmd.Process.Kill()
 	<-exited
 }
+
+// Spawn starts s and returns at once, the child's pid, not waiting until it
+// is ready: for work the parent hands over and need not hear about (the
+// child's Ready says nothing to anyone). An error says it could not start.
+func Spawn(s Spec) (pid int, err error) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	cmd, err := launchChild(s, devnull, nil)
+	if err != nil {
+		return 0, err
+	}
+	// Its exit is reaped while this process lives, and by init after.
+	go cmd.Wait()
+	return cmd.Process.Pid, nil
+}
+
+// launchChild starts s in a session of its own, its output appended to
+// s.Log, with ready as its file descriptor 3, s.Files after it, then
+// progress when there is one; ready and progress are closed in this
+// process (the child's copies stay open until it is ready).
+func launchChild(s Spec, ready, progress *os.File) (*exec.Cmd, error) {
+	defer ready.Close()
+	if progress != nil {
+		defer progress.Close()
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program: %w", err)
+	}
+	logf, err := os.OpenFile(s.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the background process's log: %w", err)
+	}
+	defer logf.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(self, s.Args...)
+	cmd.Dir = s.Dir
+	cmd.Env = s.Env
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, readyFD+"=3")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logf, logf
+	cmd.ExtraFiles = append([]*os.File{ready}, s.Files...)
+	if progress != nil {
+		cmd.Env = append(cmd.Env, progressFD+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, progress)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", s.Args, err)
+	}
+	return cmd, nil
+}
+
+// File is the i-th of the files the parent passed in Spec.Files, in a child
+// that Start or Spawn started (nil otherwise).
+func File(i int, name string) *os.File {
+	if i < 0 || !child {
+		return nil
+	}
+	return os.NewFile(uintptr(4+i), name)
+}
+
+// child: this process was started by Start or Spawn (Ready unsets the
+// variable that says so).
+var child = os.Getenv(readyFD) != ""
 
 // Ready says, in a child that Start started, that it is ready (err nil)
 // or that it failed (the parent's Start returns err). Outside such a child,

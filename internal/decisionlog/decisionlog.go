@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -199,6 +200,58 @@ func Start(dir string, h Header) (string, error) {
 	}
 	Prune(dir, Keep)
 	return path, f.Close()
+}
+
+// Prepare makes the log of a sandbox made ahead of its run (its gateway
+// starts before the run does): an empty file, the user's alone, that the
+// gateway appends to and Begin starts; an earlier log of the same project is
+// kept aside, as Start does. It returns the log's path. Until Begin, the
+// log has no header, and Latest passes it over.
+func Prepare(dir, project string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating the log directory: %w", err)
+	}
+	path := Path(dir, project)
+	if _, err := os.Lstat(path); err == nil {
+		aside := filepath.Join(dir, project+"."+time.Now().UTC().Format("20060102T150405.000000000")+".jsonl")
+		if err := os.Rename(path, aside); err != nil {
+			return "", fmt.Errorf("keeping the earlier gateway log of %s: %w", project, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("creating the gateway log: %w", err)
+	}
+	Prune(dir, Keep)
+	return path, f.Close()
+}
+
+// Begin starts a log Prepare made, once its sandbox's run begins: the
+// header, with the run's time, as its first line. The log must still be
+// empty (its gateway has decided nothing yet: no sandbox was on its
+// network); a log that is not is refused, untouched.
+func Begin(dir string, h Header) error {
+	h.Event = startEvent
+	line, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(Path(dir, h.Project), os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("starting the gateway log: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("starting the gateway log: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() != 0 {
+		return fmt.Errorf("starting the gateway log %s: it is not the empty log made for it", f.Name())
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("starting the gateway log: %w", err)
+	}
+	return nil
 }
 
 // Writer appends entries as JSON lines; it is safe for concurrent use, and

@@ -327,3 +327,53 @@ func TestFileNameIsPure(t *testing.T) {
 		t.Errorf("FileName = %s", got)
 	}
 }
+
+// TestPrepareThenBegin: a log made ahead is empty, the user's alone, and
+// passed over by Latest, an earlier log of the name kept aside; Begin
+// makes it the run's, with the header first and the gateway's entries
+// after it; a log that is not empty any more is refused, untouched.
+func TestPrepareThenBegin(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	old, err := Start(dir, header("propio-demo-2", "/work", t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := Prepare(dir, "propio-demo-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != old {
+		t.Errorf("Prepare made %s, want %s", path, old)
+	}
+	if info, err := os.Stat(path); err != nil || info.Size() != 0 || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the prepared log: %v, %v; want empty, 0600", info, err)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(dir, "propio-demo-2.*.jsonl")); len(matches) != 1 {
+		t.Errorf("the earlier log is not kept aside: %v", matches)
+	}
+	if got, err := Latest(dir, "/work"); err != nil || got == path {
+		t.Errorf("Latest = %s, %v: want the earlier log, not the prepared one", got, err)
+	}
+	if err := Begin(dir, header("propio-demo-2", "/work", t0.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Append(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(Entry{Time: t0.Add(time.Hour), Host: "allowed.test", Port: 443, Allowed: true})
+	if got, err := Latest(dir, "/work"); err != nil || got != path {
+		t.Errorf("Latest = %s, %v: want the begun log %s", got, err, path)
+	}
+	entries, err := Read(path)
+	if err != nil || len(entries) != 1 || entries[0].Host != "allowed.test" {
+		t.Errorf("entries %v, %v: want the gateway's one", entries, err)
+	}
+	before, _ := os.ReadFile(path)
+	if err := Begin(dir, header("propio-demo-2", "/work", t0.Add(2*time.Hour))); err == nil {
+		t.Error("Begin started a log that is not empty")
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("a refused Begin changed the log")
+	}
+}

@@ -30,9 +30,13 @@ type apiClient struct {
 	client.APIClient
 	mu         sync.Mutex
 	notRunning func(signal string)
-	oneOffs    map[string]string // a one-off container's ID: its project
+	onStarted  func(name string)
+	oneOffs    map[string]oneOff // by the one-off container's ID
 	started    map[string]bool   // projects whose one-off has been started
 }
+
+// oneOff is a one-off container created through the client.
+type oneOff struct{ project, name string }
 
 // ContainerCreate finishes a create that the launcher gives up (a signal
 // cancels the run's context while the request is with the engine), and
@@ -49,9 +53,9 @@ func (c *apiClient) ContainerCreate(ctx context.Context, opts client.ContainerCr
 	if err == nil && opts.Config != nil && opts.Config.Labels[api.OneoffLabel] == "True" {
 		c.mu.Lock()
 		if c.oneOffs == nil {
-			c.oneOffs = map[string]string{}
+			c.oneOffs = map[string]oneOff{}
 		}
-		c.oneOffs[res.ID] = opts.Config.Labels[api.ProjectLabel]
+		c.oneOffs[res.ID] = oneOff{project: opts.Config.Labels[api.ProjectLabel], name: opts.Name}
 		c.mu.Unlock()
 	}
 	return res, err
@@ -63,21 +67,35 @@ func (c *apiClient) ContainerCreate(ctx context.Context, opts client.ContainerCr
 // and the container may run, and print, before the engine has answered.
 func (c *apiClient) ContainerStart(ctx context.Context, id string, opts client.ContainerStartOptions) (client.ContainerStartResult, error) {
 	c.mu.Lock()
-	project, oneOff := c.oneOffs[id]
-	if oneOff {
+	one, isOneOff := c.oneOffs[id]
+	if isOneOff {
 		if c.started == nil {
 			c.started = map[string]bool{}
 		}
-		c.started[project] = true
+		c.started[one.project] = true
 	}
 	c.mu.Unlock()
 	res, err := c.APIClient.ContainerStart(ctx, id, opts)
-	if err != nil && oneOff {
+	if isOneOff {
 		c.mu.Lock()
-		delete(c.started, project)
+		f := c.onStarted
+		if err != nil {
+			delete(c.started, one.project)
+		}
 		c.mu.Unlock()
+		if err == nil && f != nil {
+			f(one.name)
+		}
 	}
 	return res, err
+}
+
+// whenStarted sets what to do once a one-off container has been started
+// (its name given); nil to stop.
+func (c *apiClient) whenStarted(f func(name string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onStarted = f
 }
 
 // oneOffStarted is whether the project's one-off container was started

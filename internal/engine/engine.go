@@ -30,6 +30,7 @@ import (
 	"github.com/docker/compose/v5/pkg/compose"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/sirupsen/logrus"
 )
 
 // MinAPIVersion is the oldest engine API propio-sandbox runs on: Docker Engine 20.10.
@@ -80,25 +81,39 @@ func HostFromEnv() string {
 	return DefaultHost
 }
 
+// The Compose SDK and the docker CLI's code log what they also return (a
+// wait that failed, as exit status 125), through logrus, straight to the
+// process's stderr: the launch says what went wrong, from their errors.
+func init() { logrus.SetOutput(io.Discard) }
+
 // Connect reaches the engine at host and checks that it can run sandboxes.
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
 // ErrEngineTooOld when that is what went wrong.
 func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
+	kind, known, apiVersion := "", false, ""
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
-		if err := probeSocket(path); err != nil {
+		h, err := probeSocket(ctx, path)
+		if err != nil {
 			return nil, err
 		}
+		kind, known = kindOf(h)
+		apiVersion = h.Get("Api-Version")
 	}
-	base, err := client.New(client.FromEnv, client.WithHost(host), client.WithAPIVersionNegotiation())
+	opts := []client.Opt{client.FromEnv, client.WithHost(host)}
+	if apiVersion != "" {
+		// Known from the socket's ping: no second one to negotiate it.
+		opts = append(opts, client.WithAPIVersion(lowerVersion(apiVersion, client.MaxAPIVersion)))
+	}
+	base, err := client.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", host, err)
 	}
 	api := &apiClient{APIClient: base}
-	opts := []command.CLIOption{command.WithAPIClient(api), command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
+	cliOpts := []command.CLIOption{command.WithAPIClient(api), command.WithOutputStream(s.Out), command.WithErrorStream(s.Err)}
 	if s.In != nil {
-		opts = append(opts, command.WithInputStream(s.In))
+		cliOpts = append(cliOpts, command.WithInputStream(s.In))
 	}
-	cli, err := command.NewDockerCli(opts...)
+	cli, err := command.NewDockerCli(cliOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("setting up the engine client: %w", err)
 	}
@@ -107,12 +122,15 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ping, err := cli.Client().Ping(pctx, client.PingOptions{})
-	if err != nil {
-		return nil, classify(host, err)
+	if apiVersion == "" { // the socket's ping did not say, or there was none
+		ping, err := cli.Client().Ping(pctx, client.PingOptions{})
+		if err != nil {
+			return nil, classify(host, err)
+		}
+		apiVersion = ping.APIVersion
 	}
-	if ping.APIVersion != "" && versionLess(ping.APIVersion, MinAPIVersion) {
-		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, ping.APIVersion, MinAPIVersion, ErrEngineTooOld)
+	if apiVersion != "" && versionLess(apiVersion, MinAPIVersion) {
+		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, apiVersion, MinAPIVersion, ErrEngineTooOld)
 	}
 	// The service takes its streams from the CLI, which keeps stdin the
 	// terminal it is: compose.WithStreams would wrap it, and the SDK would
@@ -122,14 +140,23 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
 	e := &Engine{Host: host, Kind: Docker, cli: cli, api: api, compose: svc}
-	if err := e.identify(pctx); err != nil {
+	if known {
+		e.Kind = kind
+	} else if err := e.identify(pctx); err != nil {
 		return nil, err
+	}
+	if e.Kind == Podman {
+		// The compatible /info does not say whether Podman is rootless; its
+		// own does.
+		if e.Rootless, err = podmanRootless(pctx, e.Host); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
 
-// identify tells Podman from Docker by the components the engine reports,
-// and a rootless Podman by its security options.
+// identify tells Podman from Docker by the components the engine reports
+// (its version's answer), when the headers of its ping did not say.
 func (e *Engine) identify(ctx context.Context) error {
 	v, err := e.cli.Client().ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
@@ -140,13 +167,7 @@ func (e *Engine) identify(ctx context.Context) error {
 			e.Kind = Podman
 		}
 	}
-	if e.Kind != Podman {
-		return nil
-	}
-	// The compatible /info does not say whether Podman is rootless; its own
-	// does.
-	e.Rootless, err = podmanRootless(ctx, e.Host)
-	return err
+	return nil
 }
 
 // podmanRootless asks Podman's own info endpoint whether it runs rootless.
@@ -194,19 +215,22 @@ func podmanAPI(host string) (*http.Client, string) {
 func (e *Engine) Close() error { return e.cli.Client().Close() }
 
 // probeSocket tells a missing engine from a stopped one and from a socket the
-// user may not open, before any client library turns those into one message.
-func probeSocket(path string) error {
+// user may not open, before any client library turns those into one message;
+// it returns the headers of the engine's ping, which may say what it is.
+func probeSocket(ctx context.Context, path string) (http.Header, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		if installed() {
-			return fmt.Errorf("no engine socket at %s, though Docker is installed: %w", path, ErrEngineNotRunning)
+			return nil, fmt.Errorf("no engine socket at %s, though Docker is installed: %w", path, ErrEngineNotRunning)
 		}
-		return fmt.Errorf("no engine socket at %s and no Docker installed: %w", path, ErrEngineMissing)
+		return nil, fmt.Errorf("no engine socket at %s and no Docker installed: %w", path, ErrEngineMissing)
 	}
-	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h, err := freshPing(ctx, "unix://"+path)
 	if err != nil {
-		return classify("unix://"+path, err)
+		return nil, classify("unix://"+path, err)
 	}
-	return conn.Close()
+	return h, nil
 }
 
 // installed reports whether a Docker engine or CLI is on this machine.
@@ -229,6 +253,14 @@ func classify(host string, err error) error {
 		return fmt.Errorf("engine at %s: %v: %w", host, err, ErrEngineTooOld)
 	}
 	return fmt.Errorf("connecting to %s: %w", host, err)
+}
+
+// lowerVersion is the lower of two API versions.
+func lowerVersion(a, b string) string {
+	if versionLess(b, a) {
+		return b
+	}
+	return a
 }
 
 // versionLess compares API versions such as 1.41 and 1.9.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/docker/compose/v5/pkg/api"
@@ -89,19 +87,12 @@ func (e *Engine) goneOr(err error) error {
 	return err
 }
 
-// reachable reports whether the engine answers a ping on a new connection:
-// one that is stopping still serves those it had, not new ones. When it
-// does not, the client's idle connections go: they are to an engine that
-// is gone, or going.
+// reachable reports whether the engine answers a ping on a new connection
+// (Reachable): one that is stopping still serves those it had, not new
+// ones. When it does not, the client's idle connections go: they are to
+// an engine that is gone, or going.
 func (e *Engine) reachable() bool {
-	hc, base := podmanAPI(e.Host)
-	hc.Timeout = 5 * time.Second
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Get(base + "/_ping")
-	if err == nil {
-		resp.Body.Close()
-	}
-	if err != nil || resp.StatusCode != http.StatusOK {
+	if err := e.Reachable(context.Background()); err != nil {
 		e.cli.Client().Close() // its idle connections; it goes on working
 		return false
 	}

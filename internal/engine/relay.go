@@ -59,6 +59,20 @@ func (e *Engine) StartRelay(ctx context.Context, r backend.Relay) (string, error
 	return res.ID, nil
 }
 
+// Running reports whether the project has a running container of service.
+func (e *Engine) Running(ctx context.Context, project, service string) (bool, error) {
+	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
+		Filters: make(client.Filters).
+			Add("label", LabelProject+"="+project).
+			Add("label", api.ServiceLabel+"="+service).
+			Add("status", "running"),
+	})
+	if err != nil {
+		return false, fmt.Errorf("listing containers: %w", err)
+	}
+	return len(list.Items) > 0, nil
+}
+
 // RemoveContainer removes the container id, running or not.
 func (e *Engine) RemoveContainer(ctx context.Context, id string) error {
 	_, err := e.cli.Client().ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})

@@ -126,7 +126,7 @@ func (e *Engine) List(ctx context.Context) ([]Sandbox, error) {
 		found[key] = &Sandbox{
 			Project: name, Workspace: labels[generator.LabelWorkspace], Profile: labels[generator.LabelProfile],
 			PID: pid, Host: labels[LabelHost], Alive: LauncherAlive(pid, labels[LabelHost]),
-			State: state, Created: created,
+			State: state, Created: created, Prepared: labels[backend.LabelPrepared] != "",
 			Keep: labels[backend.LabelKeep], KeepID: labels[backend.LabelKeepID],
 		}
 	}

@@ -54,20 +54,44 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 		})
 		defer e.api.onNotRunning(nil)
 	}
+	if o.Started != nil {
+		e.api.whenStarted(o.Started)
+		defer e.api.whenStarted(nil)
+	}
 	code, err := svc.RunOneOffContainer(ctx, project, api.RunOptions{
 		Project: project,
 		Service: o.Service,
-		// Podman before 4.6 reports exit code 0 to a wait for removal
-		// (containers/podman#18889); the launch's Remove removes it anyway.
-		// A detached one is a persistent sandbox's: kept when it stops.
-		AutoRemove:  e.Kind != Podman && !o.Detach,
+		// Not removed by the engine as it exits: the wait would last until
+		// the engine has removed it (a tenth of a second on Docker; and
+		// Podman before 4.6 reports exit code 0 to a wait for removal,
+		// containers/podman#18889). The launch's Remove removes it, in the
+		// background once the command has ended. A detached one is a
+		// persistent sandbox's: kept when it stops.
+		AutoRemove:  false,
 		Detach:      o.Detach,
 		Tty:         o.TTY && !o.Detach,
 		Interactive: o.Interactive && !o.Detach,
 		// The dependencies (an allowlist's gateway) start first.
 		NoDeps: len(project.Services) == 1,
+		// A gateway made ahead of the sandbox (Up) is not in the project
+		// of the sandbox that runs on it, and is no orphan.
+		CreateOptions: api.CreateOptions{IgnoreOrphans: true},
 	})
 	return code, runError(err, len(project.Services[o.Service].StorageOpt) > 0)
+}
+
+// Up creates the project's networks and starts its services, detached, as
+// `docker compose up -d` does: an allowlist's gateway made ahead of the
+// sandbox that will use it.
+func (e *Engine) Up(ctx context.Context, project *types.Project) error {
+	project = withComposeLabels(project)
+	if err := e.compose.Create(ctx, project, api.CreateOptions{}); err != nil {
+		return runError(err, false)
+	}
+	if err := e.compose.Start(ctx, project.Name, api.StartOptions{Project: project}); err != nil {
+		return runError(err, false)
+	}
+	return nil
 }
 
 // Exec runs a command in the running container of the project's service

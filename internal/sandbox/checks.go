@@ -90,7 +90,7 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	}
 	// Its output (and what the engine says while starting it) is kept.
 	var out bytes.Buffer
-	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}, LookupEnv: lookup})
+	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}, LookupEnv: lookup, Host: s.host})
 	if s.Profile.Network.Mode == "allowlist" {
 		dropRunDirs(o.Project)
 	}

@@ -30,8 +30,11 @@ type Conn struct {
 	// Runtime is the engine, as a launch drives it.
 	Runtime backend.Runtime
 	// Host is where the engine was found: unix:///... or what DOCKER_HOST says.
-	Host  string
-	close func()
+	Host string
+	// temporary: the engine is a Podman service started for this
+	// connection, which Close stops.
+	temporary bool
+	close     func()
 }
 
 // EngineError is a failure to find or reach an engine, with the kind of
@@ -82,12 +85,22 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 		}
 		return nil, &EngineError{Kind: loc.Kind, Err: err}
 	}
-	return &Conn{Runtime: eng, Host: loc.Host, close: func() {
+	return &Conn{Runtime: eng, Host: loc.Host, temporary: loc.Stop != nil, close: func() {
 		eng.Close()
 		if loc.Stop != nil {
 			loc.Stop()
 		}
 	}}, nil
+}
+
+// connectHost reaches the engine at host itself, as a launcher found it (a
+// background process carries on its launcher's work there).
+func connectHost(ctx context.Context, host string, s Streams) (*Conn, error) {
+	eng, err := engine.Connect(ctx, host, engine.Streams{Out: s.Out, Err: s.Err})
+	if err != nil {
+		return nil, &EngineError{Kind: engine.Auto, Err: err}
+	}
+	return &Conn{Runtime: eng, Host: host, close: func() { eng.Close() }}, nil
 }
 
 // Close releases the connection and stops a Podman API service started for

@@ -135,6 +135,37 @@ func GC(ctx context.Context, r Reporter, c *Conn, dirs hostinfo.Dirs) (Collected
 	return out, errors.Join(err, rerr, CheckPending(ctx, r, c.Runtime, dirs))
 }
 
+// launchStates says, of the sandboxes the engine listed, what a launch's
+// background processes do with them: a gateway prepared ahead is in state
+// prepared until a run adopts it (the run is listed then, not the
+// gateway); what a background process removes for a launcher that is gone
+// is in state removing.
+func launchStates(list []Sandbox) ([]Sandbox, error) {
+	dir, err := namesDir()
+	if err != nil {
+		return nil, err
+	}
+	run := map[string]bool{} // projects a run made some of
+	for _, s := range list {
+		if !s.Prepared {
+			run[s.Project] = true
+		}
+	}
+	out := list[:0]
+	for _, s := range list {
+		switch {
+		case s.Prepared && s.Alive && run[s.Project]:
+			continue // adopted: the run shows
+		case s.Prepared && s.Alive && s.State == "running":
+			s.State = "prepared"
+		case !s.Alive && backend.SameHost(s.Host) && nameBusy(dir, s.Project, s.PID):
+			s.State = "removing"
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // Guarded says what the guard did, if it did anything.
 func Guarded(r Reporter, rep guard.Report, quarantine string) {
 	if len(rep.Items) == 0 {

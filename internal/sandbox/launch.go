@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,6 +87,26 @@ type launch struct {
 	// image's trust store (secrets.go).
 	values map[string]string
 	store  *imageStore
+	// name is the sandbox's name, held; host is where the engine listens;
+	// tempEngine: it is a Podman service started for the launch.
+	name       *heldName
+	host       string
+	tempEngine bool
+	// engineGone: the engine went away during the run.
+	engineGone bool
+	// removeHere: the removal is not handed over (a changeset's).
+	removeHere bool
+	// names are the engine's sandboxes when the launch began.
+	names engineNames
+	// keep is how long a gateway prepared ahead is kept (0: none is);
+	// adopted is the one this launch adopted; spares is the preparing of
+	// the next one.
+	keep    time.Duration
+	adopted *adoption
+	spares  sync.WaitGroup
+	// alive is held open until the launcher exits: the keeper of the gateway
+	// it has prepared reads its end to hear of that.
+	alive *os.File
 }
 
 // Run passes the preflight checks, launches the sandbox and waits for it to
@@ -100,6 +121,14 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	// Nothing is created before every check has passed.
 	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint}
 	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
+	// The engine's sandboxes are listed while the other checks go on.
+	listed := make(chan namesResult, 1)
+	f.connected = func(c *Conn) {
+		go func() {
+			n, err := namesOn(ctx, c.Runtime)
+			listed <- namesResult{n, err}
+		}()
+	}
 	if err := f.Run(ctx); err != nil {
 		return 0, err
 	}
@@ -109,7 +138,12 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err := l.checkGrants(f.Conn.Host); err != nil {
 		return 0, err
 	}
-	s := &launch{Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{}), build: l.Build || f.Missing}
+	keep, err := PrepareKeep(os.LookupEnv)
+	if err != nil {
+		return 0, err
+	}
+	s := &launch{keep: keep, Launch: l, report: l.Report, rt: f.Conn.Runtime, gcDone: make(chan struct{}), build: l.Build || f.Missing,
+		host: f.Conn.Host, tempEngine: f.Conn.temporary}
 	if f.Missing && !l.Build {
 		s.report.Note(l.Profile.Image + " is not on the engine: building it first")
 	}
@@ -118,7 +152,8 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.facts = facts
-	names, err := namesOn(ctx, s.rt)
+	res := <-listed
+	names, err := res.names, res.err
 	if err != nil {
 		return 0, err
 	}
@@ -126,28 +161,45 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var name string
-	var release func()
+	s.names = names
+	if err := s.prepare(); err != nil {
+		return 0, err
+	}
 	if l.Keep != nil {
-		name, release, err = l.Keep.claim(l.Env.Dirs, l, names)
-	} else {
-		name, release, err = claimName(dir, l.Env.Workspace, func(n string) bool { return names.held[n] })
+		// A persistent sandbox: its own name (up --name, or the
+		// directory's), its record held; its gateway is its own.
+		name, release, err := l.Keep.claim(l.Env.Dirs, l, names)
+		if err != nil {
+			return 0, err
+		}
+		defer release()
+		s.opts.Project = name
+		return s.run(ctx, names)
 	}
-	if err != nil {
+	if s.adopted = s.adoptSpare(ctx); s.adopted != nil {
+		s.name = s.adopted.name
+		defer s.adopted.keeper.Close() // the keeper removes what is left
+	} else if s.name, err = claimHeld(dir, l.Env.Workspace, func(n string) bool { return names.held[n] }); err != nil {
 		return 0, err
 	}
-	defer release()
-	if err := s.prepare(name); err != nil {
-		return 0, err
-	}
+	defer s.name.release()
+	defer s.spares.Wait() // the next run's gateway is handed over
+	s.opts.Project = s.name.Name
 	return s.run(ctx, names)
 }
 
-// prepare makes the plan and the first project, named name: a mistake in
-// the profile that only the host reveals shows before anything starts.
-func (s *launch) prepare(name string) error {
+// namesResult is what namesOn found.
+type namesResult struct {
+	names engineNames
+	err   error
+}
+
+// prepare makes the plan and the first project, under the name render
+// shows: a mistake in the profile that only the host reveals shows before
+// anything starts.
+func (s *launch) prepare() error {
 	p := s.Profile
-	s.opts = generator.Options{Project: name, Command: s.Command}
+	s.opts = generator.Options{Project: generator.ProjectName(s.Env.Workspace, ""), Command: s.Command}
 	if s.Keep != nil {
 		if err := s.Keep.options(&s.opts, s.Launch); err != nil {
 			return err
@@ -265,6 +317,11 @@ func (s *launch) guarded(fn func(*guardCheck) (int, error)) (code int, err error
 	}
 	check := newGuardCheck(s.plan.Guard, s.Env.Dirs)
 	defer func() {
+		if s.engineGone {
+			// The sandbox may run on where the engine left it: what it
+			// leaves is judged once it is gone (the next run, or gc).
+			return
+		}
 		gerr := check.finish(s.report)
 		switch {
 		case gerr == nil:
@@ -297,6 +354,9 @@ func (s *launch) collectLeftovers(ctx context.Context, names engineNames) {
 
 func (s *launch) reportLeftovers(ctx context.Context) {
 	<-s.gcDone
+	if s.engineGone {
+		return // the engine's errors are not news: it is gone, and the run says so
+	}
 	removed := append(s.reclaimed, s.gcRemoved...)
 	if s.gcErr != nil {
 		s.report.Warn(fmt.Sprintf("removing leftovers of earlier sandboxes: %v", s.gcErr))
@@ -317,6 +377,9 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 	if err != nil {
 		return 0, err
 	}
+	// A changeset's volumes are removed before the launcher returns: the
+	// removal settles its overlay, and the next run may resume it.
+	s.removeHere = cs != nil
 	ran := false
 	defer func() {
 		if !ran {
@@ -328,9 +391,12 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 	for attempt := 1; ; attempt++ {
 		var project *types.Project
 		lookup := os.LookupEnv
-		if allowlist {
+		switch {
+		case s.adopted != nil:
+			project, err = s.adoptedProject(s.opts, s.adjustAll)
+		case allowlist:
 			project, lookup, err = s.prepareGateway(ctx, s.opts, s.adjustAll)
-		} else {
+		default:
 			project, err = s.plan.Generate(s.opts, s.adjustAll)
 		}
 		if err != nil {
@@ -340,7 +406,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		// Another launcher took the same network at the same moment:
 		// number it again (prepareGateway picks among the subnets free now)
 		// and retry.
-		if !allowlist || !errors.Is(err, backend.ErrSubnetTaken) || attempt == 3 {
+		if !allowlist || s.adopted != nil || !errors.Is(err, backend.ErrSubnetTaken) || attempt == 3 {
 			break
 		}
 		os.Remove(decisionlog.Path(s.Env.Dirs.LogDir(), s.opts.Project))
@@ -381,15 +447,22 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 				s.report.Warn(werr.Error())
 			}
 		},
-		Keep: s.Keep,
+		Keep:    s.Keep,
+		Started: s.started,
+		Release: s.handOff,
+		Host:    s.host,
 	})
+	var gone *EngineGoneError
+	if s.engineGone = errors.As(err, &gone); s.engineGone && s.adopted != nil {
+		gone.also(s.adopted.spare) // its keeper's gateway and networks, left too
+	}
 	stopHook()
 	stopRequests()
 	if werr := s.mounts.FinishWrites(s.report); werr != nil {
 		s.report.Warn(werr.Error())
 	}
 	s.mounts = nil
-	if perr := ports.Close(); perr != nil {
+	if perr := ports.Close(); perr != nil && !s.engineGone {
 		s.report.Warn(fmt.Sprintf("removing the published ports: %v", perr))
 	}
 	if allowlist {
@@ -434,6 +507,10 @@ func (s *launch) buildFirst(ctx context.Context) (int, error) {
 	s.build = false // built: the run only looks
 	return 0, nil
 }
+
+// started is told the sandbox's container has been started: the next
+// run's gateway may be prepared now.
+func (s *launch) started(string) { s.prepareNext() }
 
 // adjustAll applies what the launch found out to the host facts.
 func (s *launch) adjustAll(h *generator.Host) {

@@ -71,6 +71,17 @@ type RunOptions struct {
 	// supervisor until it ends; stopped and kept (stop), it is neither
 	// copied back nor removed.
 	Keep *Keep
+	// Started, when set, is called once the sandbox's container has been
+	// started, with its name.
+	Started func(container string)
+	// Release, when set, may take over the removal of what the run made,
+	// once its command has ended (its container has exited): it hands it to
+	// a process of its own and reports true, or reports false, and the run
+	// removes it before it returns.
+	Release func(project string) bool
+	// Host is where the engine listens, for what the run says when the
+	// engine goes away.
+	Host string
 }
 
 // Signals delivers the launcher's signals to a run. Notify starts the
@@ -200,6 +211,7 @@ func (r *run) planDisk(ctx context.Context, svc types.ServiceConfig, uppers map[
 // wrote where it is.
 func (r *run) outcome(code int, err error, svc types.ServiceConfig, timedOut bool, over *backend.DiskCapError) (int, error) {
 	if err == nil || timedOut || over != nil {
+		r.ended = true
 		if r.o.Ran != nil {
 			r.o.Ran()
 		}
@@ -247,6 +259,9 @@ type run struct {
 	done   chan struct{} // closed when the signals are no longer heard
 	heard  sync.WaitGroup
 	sig    atomic.Value // the signal that stopped the start, if one did
+
+	ended     bool                   // the command ran to its end: its container has exited
+	container atomic.Pointer[string] // the sandbox's container's name, once started
 }
 
 // hearSignals hears the launcher's signals for the whole run, and returns
@@ -309,13 +324,16 @@ func (r *run) teardown(code int, err error) (int, error) {
 	close(r.done)
 	r.heard.Wait()
 	r.cancel()
-	ctx, cancel := context.WithTimeout(context.Background(), removeBudget)
-	defer cancel()
+	var gone *EngineGoneError
 	var rerr error
 	if !r.o.Keep.Kept() {
-		rerr = r.rt.Remove(ctx, r.project.Name, 0)
+		gone, rerr = r.remove()
 	}
 	r.sigs.Stop(r.sigc)
+	if gone != nil {
+		// What the engine's client said as it lost it is not the news.
+		return ExitEngineGone, gone
+	}
 	// A signal before the container ran shows as a cancelled context.
 	if s := r.interrupted(); s != nil && (errors.Is(err, context.Canceled) || err == nil && code == 0) {
 		code, err = 128+int(s.(syscall.Signal)), fmt.Errorf("%w by %v", ErrInterrupted, s)
@@ -324,6 +342,37 @@ func (r *run) teardown(code int, err error) (int, error) {
 		err = errors.Join(err, fmt.Errorf("cleaning up sandbox %s: %w", r.project.Name, rerr))
 	}
 	return code, err
+}
+
+// remove removes everything of the project, or, once its command has
+// ended, hands that over (Release), unless the engine has gone away: then
+// all is left for the next run or gc to remove, and the run says what.
+func (r *run) remove() (*EngineGoneError, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), removeBudget)
+	defer cancel()
+	if err := r.rt.Reachable(ctx); err != nil {
+		return r.gone(err), nil
+	}
+	if r.ended && r.o.Release != nil && r.o.Release(r.project.Name) {
+		return nil, nil
+	}
+	err := r.rt.Remove(ctx, r.project.Name, 0)
+	if err != nil {
+		// It may have gone away while it removed.
+		if gerr := r.rt.Reachable(ctx); gerr != nil {
+			return r.gone(gerr), nil
+		}
+	}
+	return nil, err
+}
+
+// gone is the error of a run whose engine went away.
+func (r *run) gone(err error) *EngineGoneError {
+	name := ""
+	if p := r.container.Load(); p != nil {
+		name = *p
+	}
+	return engineGone(r.o.Host, r.project, name, err)
 }
 
 // ensureImages fails fast, naming the image, when the agent's or the
@@ -391,6 +440,12 @@ func (r *run) runOne(ctx context.Context) (int, error) {
 		// A signal the Runtime forwarded to a sandbox not running yet.
 		NotRunning: r.stopStart,
 		Detach:     r.o.Keep != nil,
+		Started: func(name string) {
+			r.container.Store(&name)
+			if r.o.Started != nil {
+				r.o.Started(name)
+			}
+		},
 	})
 }
 

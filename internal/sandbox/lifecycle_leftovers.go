@@ -11,13 +11,19 @@ import (
 // removeLeftovers removes the sandboxes whose launcher is gone (killed, so
 // it could not tear them down): only what that launcher made, as a new
 // launcher may be starting a sandbox of the same name. Sandboxes of live
-// launchers, and of other hosts, are left alone. list is what the engine
-// listed. It returns the projects it removed.
+// launchers, and of other hosts, are left alone, and so are those a
+// process of this host answers for, holding their name (a background
+// process removes them).
+// list is what the engine listed. It returns the projects it removed.
 func removeLeftovers(ctx context.Context, rt backend.Runtime, list []backend.Sandbox) ([]string, error) {
+	dir, err := namesDir()
+	if err != nil {
+		return nil, err
+	}
 	var removed []string
 	var errs []error
 	for _, s := range list {
-		if !leftover(s) {
+		if !leftover(s) || nameBusy(dir, s.Project, s.PID) {
 			continue
 		}
 		if err := rt.Remove(ctx, s.Project, s.PID); err != nil {

@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,12 +47,35 @@ func namesDir() (string, error) {
 // release, against launchers of this host (of any user, when dir is
 // namesDir); a launcher that is killed lets go of it with its process.
 func claimName(dir, workspace string, taken func(string) bool) (name string, release func(), err error) {
+	h, err := claimHeld(dir, workspace, taken)
+	if err != nil {
+		return "", nil, err
+	}
+	return h.Name, h.release, nil
+}
+
+// heldName is a sandbox name this process holds: the lock on its file,
+// which a background process it hands the name to inherits (a lock held
+// by either of them holds the name).
+type heldName struct {
+	Name string
+	file *os.File
+}
+
+func (h *heldName) release() {
+	if h != nil && h.file != nil {
+		h.file.Close()
+	}
+}
+
+// claimHeld is claimName's name and its lock.
+func claimHeld(dir, workspace string, taken func(string) bool) (*heldName, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", nil, fmt.Errorf("making the launch lock directory: %w", err)
+		return nil, fmt.Errorf("making the launch lock directory: %w", err)
 	}
 	base := generator.ProjectName(workspace, "")
 	for i := 1; i <= maxNames; i++ {
-		name = base
+		name := base
 		if i > 1 {
 			name = base + "-" + strconv.Itoa(i)
 		}
@@ -58,21 +84,58 @@ func claimName(dir, workspace string, taken func(string) bool) (name string, rel
 			continue // another user's, which only they can open
 		}
 		if err != nil {
-			return "", nil, fmt.Errorf("taking the sandbox's name: %w", err)
+			return nil, fmt.Errorf("taking the sandbox's name: %w", err)
 		}
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil && !taken(name) {
-			return name, func() { f.Close() }, nil
+			h := &heldName{Name: name, file: f}
+			return h, h.answerFor(os.Getpid())
 		}
 		f.Close()
 		if err == nil {
 			continue
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return "", nil, fmt.Errorf("taking the sandbox's name: %w", err)
+			return nil, fmt.Errorf("taking the sandbox's name: %w", err)
 		}
 	}
-	return "", nil, fmt.Errorf("%d sandboxes of %s run already", maxNames, workspace)
+	return nil, fmt.Errorf("%d sandboxes of %s run already", maxNames, workspace)
+}
+
+// answerFor writes in the name's lock file the launchers whose sandboxes of
+// the name its holders answer for (their pids, on the sandboxes' labels):
+// the launcher that claimed it, a keeper, the run that adopted its gateway.
+func (h *heldName) answerFor(pids ...int) error {
+	var b strings.Builder
+	for _, pid := range pids {
+		fmt.Fprintf(&b, "%d\n", pid)
+	}
+	if err := h.file.Truncate(0); err != nil {
+		return fmt.Errorf("taking the sandbox's name: %w", err)
+	}
+	if _, err := h.file.WriteAt([]byte(b.String()), 0); err != nil {
+		return fmt.Errorf("taking the sandbox's name: %w", err)
+	}
+	return nil
+}
+
+// nameBusy reports whether a process of this host holds the sandbox name
+// project and answers for what the launcher pid made of it: that launcher
+// running it, or the background process removing what it left, or keeping
+// it prepared. That is theirs to remove, never gc's. (A new launcher that
+// holds the name answers for its own sandbox only: what an earlier one of
+// the name left is a leftover.)
+func nameBusy(dir, project string, pid int) bool {
+	f, err := os.OpenFile(filepath.Join(dir, project+".lock"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false // never claimed here, or another user's (whose launchers gc cannot see)
+	}
+	defer f.Close()
+	if !errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB), syscall.EWOULDBLOCK) {
+		return false
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 4096))
+	return slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid))
 }
 
 // openLock opens a name's lock file, never through a link, creating it so
@@ -97,18 +160,30 @@ type engineNames struct {
 	left map[string][]int // the pids of the launchers that are gone
 }
 
+// namesOn lists the engine's sandboxes: those a process of this host
+// answers for (a background process removing them, or keeping them) count
+// as held, and are not listed to be removed.
 func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
 	list, err := rt.List(ctx)
 	if err != nil {
 		return engineNames{}, err
 	}
-	n := engineNames{list: list, held: map[string]bool{}, left: map[string][]int{}}
+	dir, err := namesDir()
+	if err != nil {
+		return engineNames{}, err
+	}
+	n := engineNames{held: map[string]bool{}, left: map[string][]int{}}
 	for _, sb := range list {
-		if leftover(sb) {
-			n.left[sb.Project] = append(n.left[sb.Project], sb.PID)
-		} else {
+		switch {
+		case !leftover(sb):
 			n.held[sb.Project] = true
+		case nameBusy(dir, sb.Project, sb.PID):
+			n.held[sb.Project] = true
+			continue // its background process's to remove
+		default:
+			n.left[sb.Project] = append(n.left[sb.Project], sb.PID)
 		}
+		n.list = append(n.list, sb)
 	}
 	return n, nil
 }

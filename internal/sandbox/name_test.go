@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -46,4 +47,37 @@ func TestClaimName(t *testing.T) {
 	release2()
 	release3()
 	release4()
+}
+
+// What a launcher made of a name it holds (or the background process its
+// launcher handed the name to) is busy: gc leaves it; what another
+// launcher made of the name, or of a name released or never claimed, is
+// not.
+func TestNameBusy(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(t.TempDir(), "ws")
+	h, err := claimHeld(dir, ws, func(string) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := os.Getpid()
+	if !nameBusy(dir, h.Name, me) {
+		t.Errorf("%s is held but not busy", h.Name)
+	}
+	if nameBusy(dir, h.Name, me+1) {
+		t.Error("what another launcher of the name made is busy")
+	}
+	if err := h.answerFor(me+1, me+2); err != nil {
+		t.Fatal(err)
+	}
+	if !nameBusy(dir, h.Name, me+2) || nameBusy(dir, h.Name, me) {
+		t.Error("the pids the holder answers for are not the ones it said")
+	}
+	if nameBusy(dir, h.Name+"-2", me) {
+		t.Error("a name never claimed is busy")
+	}
+	h.release()
+	if nameBusy(dir, h.Name, me+2) {
+		t.Errorf("%s is released but busy", h.Name)
+	}
 }

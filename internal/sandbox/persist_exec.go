@@ -65,7 +65,7 @@ func Exec(ctx context.Context, req ExecRequest) (int, error) {
 		return 0, err
 	}
 	dir := keepDir(req.Dirs, rec.Name)
-	busy, rec, err := holdBusy(ctx, dir, rec)
+	busy, rec, err := holdExecBusy(ctx, dir, rec)
 	if err != nil {
 		return 0, err
 	}
@@ -85,11 +85,11 @@ func Exec(ctx context.Context, req ExecRequest) (int, error) {
 	})
 }
 
-// holdBusy takes the busy file's lock, shared, for as long as the command
+// holdExecBusy takes the busy file's lock, shared, for as long as the command
 // runs, and marks the sandbox active. When its supervisor holds the lock
 // (it found the sandbox idle, and removes it), it waits, bounded, and says
 // what became of the sandbox. The record is the one to run in.
-func holdBusy(ctx context.Context, dir string, rec Record) (*os.File, Record, error) {
+func holdExecBusy(ctx context.Context, dir string, rec Record) (*os.File, Record, error) {
 	if err := usable(rec); err != nil {
 		return nil, rec, err
 	}

@@ -112,16 +112,16 @@ func TestKeepEnds(t *testing.T) {
 		},
 		"down removes it": {
 			end:   func(t *testing.T, kr *keptRun) { kr.sigs.send(t, syscall.SIGTERM) },
-			calls: []string{"Stop", "CopyOut", "Remove"}, state: StateGone, why: "removed (down)", copyBack: true,
+			calls: []string{"Stop", "CopyOut", "Reachable", "Remove"}, state: StateGone, why: "removed (down)", copyBack: true,
 		},
 		"idle removes it": {
 			idle:  200 * time.Millisecond,
 			end:   func(*testing.T, *keptRun) {},
-			calls: []string{"Stop", "CopyOut", "Remove"}, state: StateGone, why: "resources.idle (200ms)", copyBack: true,
+			calls: []string{"Stop", "CopyOut", "Reachable", "Remove"}, state: StateGone, why: "resources.idle (200ms)", copyBack: true,
 		},
 		"its main process ends": {
 			end:   func(t *testing.T, kr *keptRun) { kr.f.end(0, "exited") },
-			calls: []string{"CopyOut", "Remove"}, state: StateGone, why: "its main process ended (exit 0)", copyBack: true,
+			calls: []string{"CopyOut", "Reachable", "Remove"}, state: StateGone, why: "its main process ended (exit 0)", copyBack: true,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -20,6 +20,9 @@ func List(ctx context.Context, c *Conn, dirs hostinfo.Dirs) ([]Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if list, err = launchStates(list); err != nil {
+		return nil, err
+	}
 	recs, err := Records(dirs)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,10 @@ type Preflight struct {
 	// Missing: the image is not on the engine, and the launch builds it
 	// first (the profile says how, and may).
 	Missing bool
+
+	// connected, when set, is told of the connection as soon as it is
+	// made (a launch lists the engine's sandboxes meanwhile).
+	connected func(*Conn)
 }
 
 // Checks are the built-in checks, in the order run passes them.
@@ -73,6 +77,9 @@ func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {
 		return nil, err
 	}
 	f.Conn = c
+	if f.connected != nil {
+		f.connected(c)
+	}
 	return c.Runtime, nil
 }
 

@@ -261,6 +261,9 @@ func (f *fakeRuntime) Run(ctx context.Context, project *types.Project, o backend
 		return 0, ctx.Err()
 	}
 	f.setState("running")
+	if o.Started != nil {
+		o.Started(project.Name + "-" + o.Service + "-run")
+	}
 	if o.Detach {
 		f.mu.Lock()
 		f.ended = make(chan struct{})
@@ -273,6 +276,10 @@ func (f *fakeRuntime) Run(ctx context.Context, project *types.Project, o backend
 	}
 	f.setState("exited")
 	return code, err
+}
+
+func (f *fakeRuntime) Up(ctx context.Context, project *types.Project) error {
+	return f.step(ctx, "Up", project.Name)
 }
 
 func (f *fakeRuntime) Kill(ctx context.Context, project string) error {
@@ -341,11 +348,23 @@ func (f *fakeRuntime) StartRelay(ctx context.Context, r backend.Relay) (string, 
 	return id, nil
 }
 
+// Running is on["Running"]'s answer: running unless it fails.
+func (f *fakeRuntime) Running(ctx context.Context, project, service string) (bool, error) {
+	err := f.step(ctx, "Running", project, service)
+	return err == nil, err
+}
+
 func (f *fakeRuntime) RemoveContainer(ctx context.Context, id string) error {
 	f.mu.Lock()
 	delete(f.relays, id)
 	f.mu.Unlock()
 	return f.step(ctx, "RemoveContainer", id)
+}
+
+// Reachable is on["Reachable"]'s answer: the engine is there unless it
+// says otherwise.
+func (f *fakeRuntime) Reachable(ctx context.Context) error {
+	return f.step(ctx, "Reachable")
 }
 
 func (f *fakeRuntime) List(ctx context.Context) ([]backend.Sandbox, error) {

@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/spf13/cobra"
+)
+
+// backgroundBudget bounds a background process's work.
+const backgroundBudget = 5 * time.Minute
+
+// newBackground is the hidden command a launcher's background processes run
+// as (started by the launch, never by hand): their output goes to the
+// background log.
+func newBackground(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    sandbox.BackgroundArg,
+		Short:  "A launcher's background work (started by run, never by hand)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+	}
+	cmd.AddCommand(newBackgroundRemove(a), newBackgroundKeep(a))
+	return cmd
+}
+
+func newBackgroundKeep(a *app) *cobra.Command {
+	var k sandbox.GatewayKeeper
+	cmd := &cobra.Command{
+		Use:  "keep --spec FILE",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k.Streams = sandbox.Streams{Out: a.stderr, Err: a.stderr}
+			// It keeps its gateway for as long as it is told: its own
+			// steps are bounded.
+			if err := k.Run(context.Background()); err != nil {
+				return exitCode(ExitFailure) // said in the log
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&k.Spec, "spec", "", "the file that says what to prepare")
+	return cmd
+}
+
+func newBackgroundRemove(a *app) *cobra.Command {
+	var r sandbox.Removal
+	cmd := &cobra.Command{
+		Use:  "remove --host HOST --project NAME --launcher PID",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), backgroundBudget)
+			defer cancel()
+			r.Streams = sandbox.Streams{Out: a.stderr, Err: a.stderr}
+			if err := r.Run(ctx); err != nil {
+				stamp(a, "removing sandbox %s (launcher %d): %v", r.Project, r.Launcher, err)
+				return exitCode(ExitFailure)
+			}
+			stamp(a, "removed sandbox %s (launcher %d)", r.Project, r.Launcher)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&r.Host, "host", "", "the engine's address")
+	cmd.Flags().StringVar(&r.Project, "project", "", "the sandbox's name")
+	cmd.Flags().IntVar(&r.Launcher, "launcher", 0, "the pid of the launcher that made it")
+	return cmd
+}
+
+// stamp writes a line to the background log, with the time and pid.
+func stamp(a *app, format string, args ...any) {
+	fmt.Fprintf(a.stderr, "%s [%d] %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
+}
