@@ -331,6 +331,11 @@ func (r *run) teardown(code int, err error) (int, error) {
 	}
 	r.sigs.Stop(r.sigc)
 	if gone != nil {
+		// A persistent sandbox's supervisor has said why it is gone (it
+		// waited for the engine): that stands.
+		if kept := (*GoneError)(nil); errors.As(err, &kept) {
+			return code, err
+		}
 		// What the engine's client said as it lost it is not the news.
 		return ExitEngineGone, gone
 	}

@@ -23,7 +23,9 @@ func removeLeftovers(ctx context.Context, rt backend.Runtime, list []backend.San
 	var removed []string
 	var errs []error
 	for _, s := range list {
-		if !leftover(s) || nameBusy(dir, s.Project, s.PID) {
+		// A persistent sandbox's resources are its record's, whoever holds
+		// its name (leftover asks the record).
+		if !leftover(s) || s.Keep == "" && nameBusy(dir, s.Project, s.PID) {
 			continue
 		}
 		if err := rt.Remove(ctx, s.Project, s.PID); err != nil {

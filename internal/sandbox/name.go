@@ -177,7 +177,7 @@ func namesOn(ctx context.Context, rt backend.Runtime) (engineNames, error) {
 		switch {
 		case !leftover(sb):
 			n.held[sb.Project] = true
-		case nameBusy(dir, sb.Project, sb.PID):
+		case sb.Keep == "" && nameBusy(dir, sb.Project, sb.PID):
 			n.held[sb.Project] = true
 			continue // its background process's to remove
 		default:
