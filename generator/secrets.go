@@ -101,8 +101,9 @@ func UpstreamCA(p *profile.Profile, h Host) string {
 //
 // The gateway gets each secret's name and hosts (--secret), the profile's
 // methods, its upstream_ca and the host's trust store, and the run's broker
-// directory, where the launcher leaves the run's CA and the values (never
-// in its command, environment or labels). The agent gets each secret's
+// directory, where it writes the certificate of the CA it makes and the
+// launcher leaves the values (never in its command, environment or
+// labels). The agent gets each secret's
 // variable by name (the launcher fills in the sentinel, never the value),
 // and the run's trust files: the image's store with the CA, mounted over
 // the system store and named by the variables clients read.

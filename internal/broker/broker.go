@@ -1,22 +1,27 @@
-// Package broker holds what credential brokering hands from the launcher to
-// an allowlist sandbox's gateway, and what the sandbox trusts: the run's CA
-// (made for each run, name-constrained to the hosts whose TLS the gateway
-// terminates), the secrets (a sentinel and the real value for each
-// variable), the file that carries them to the gateway, and the trust files
-// of the sandbox (a PEM bundle, a Java trust store).
+// Package broker holds what credential brokering passes between the
+// launcher and an allowlist sandbox's gateway, and what the sandbox trusts:
+// the run's CA (made by the gateway as it starts, its key in the gateway's
+// memory alone, name-constrained to the hosts whose TLS it terminates), the
+// secrets (a sentinel and the real value for each variable), the files that
+// carry them, and the trust files of the sandbox (a PEM bundle, a Java
+// trust store).
 //
-// The channel is a file, Run in RunFile, mode 0600, in a directory of the
-// user's (0700) that is mounted into the gateway's container only: never on
-// a command line, in an environment or a label, so nothing of it is in any
-// container's configuration. The gateway reads it once and removes it
-// (TakeRun): after that the values live in the gateway's memory alone. A
-// gateway prepared ahead of a run takes a run's file the same way, when the
+// The channel is a directory of the user's (0700) mounted into the
+// gateway's container only. The gateway writes its CA's certificate there
+// (CAFile, never its key); the launcher writes the secrets there, Run in
+// RunFile, mode 0600: never on a command line, in an environment or a
+// label, so nothing of it is in any container's configuration. The gateway
+// reads that once and removes it (TakeRun): after that the values live in
+// the gateway's memory alone. A gateway prepared ahead of a run, or started
+// again (a persistent sandbox's), takes a run's file the same way, when the
 // run writes one into its directory.
 //
 // It prints nothing and knows neither the gateway nor the CLI.
 package broker
 
 import (
+	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -39,11 +44,8 @@ import (
 // RunFile is the name of the run's file in the broker directory.
 const RunFile = "run.json"
 
-// Run is what one run hands its gateway: the CA it signs the certificates of
-// the hosts it terminates TLS for with, and the secrets.
+// Run is what one run hands its gateway: the secrets.
 type Run struct {
-	CA      string   `json:"ca"`     // PEM certificate
-	CAKey   string   `json:"ca_key"` // PEM PKCS #8 private key
 	Secrets []Secret `json:"secrets"`
 }
 
@@ -59,15 +61,15 @@ type Secret struct {
 // valid: longer than any run.
 const CAValidity = 400 * 24 * time.Hour
 
-// NewCA makes a run's CA: an ECDSA P-256 key and a self-signed certificate,
-// valid from an hour before now (clocks drift) for CAValidity. names and
-// addrs are the hosts whose TLS the gateway terminates: the certificate is
-// constrained to them (a name covers its subdomains, *.name only them), so
-// that it can vouch for nothing else. It returns both as PEM.
-func NewCA(names []string, addrs []netip.Addr, now time.Time) (certPEM, keyPEM string, err error) {
+// newCA makes a run's CA: an ECDSA P-256 key and a self-signed
+// certificate, valid from an hour before now (clocks drift) for
+// CAValidity. hosts are those whose TLS the gateway terminates, names or
+// addresses: the certificate is constrained to them (a name covers its
+// subdomains, *.name only them), so that it can vouch for nothing else.
+func newCA(hosts []string, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return "", "", fmt.Errorf("making the run's CA key: %w", err)
+		return nil, nil, fmt.Errorf("making the run's CA key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          randomSerial(),
@@ -79,25 +81,25 @@ func NewCA(names []string, addrs []netip.Addr, now time.Time) (certPEM, keyPEM s
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	for _, n := range names {
-		if rest, ok := strings.CutPrefix(n, "*."); ok {
-			n = "." + rest
+	for _, h := range hosts {
+		if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+			tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())})
+			continue
 		}
-		tmpl.PermittedDNSDomains = append(tmpl.PermittedDNSDomains, n)
-	}
-	for _, a := range addrs {
-		tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())})
+		if rest, ok := strings.CutPrefix(h, "*."); ok {
+			h = "." + rest
+		}
+		tmpl.PermittedDNSDomains = append(tmpl.PermittedDNSDomains, h)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return "", "", fmt.Errorf("making the run's CA: %w", err)
+		return nil, nil, fmt.Errorf("making the run's CA: %w", err)
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return "", "", fmt.Errorf("making the run's CA: %w", err)
+		return nil, nil, fmt.Errorf("making the run's CA: %w", err)
 	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})), nil
+	return cert, key, nil
 }
 
 func randomSerial() *big.Int {
@@ -126,26 +128,83 @@ func WriteRun(dir string, r Run) error {
 	if err != nil {
 		return fmt.Errorf("writing the gateway's secrets: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".run-*")
-	if err != nil {
-		return fmt.Errorf("writing the gateway's secrets: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing the gateway's secrets: %w", err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing the gateway's secrets: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing the gateway's secrets: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, RunFile)); err != nil {
+	if err := writeAtomic(dir, RunFile, data, 0o600); err != nil {
 		return fmt.Errorf("writing the gateway's secrets: %w", err)
 	}
 	return nil
+}
+
+// WriteCA writes the run's CA certificate (PEM) as dir/CAFile, mode 0644,
+// atomically: the gateway's, for the launcher to read (ReadCA).
+func WriteCA(dir string, certPEM []byte) error {
+	if err := writeAtomic(dir, CAFile, certPEM, 0o644); err != nil {
+		return fmt.Errorf("writing the run's CA certificate: %w", err)
+	}
+	return nil
+}
+
+// caWait bounds how long ReadCA waits for the gateway's CA certificate
+// (its gateway has started: the certificate comes in milliseconds).
+const caWait = 30 * time.Second
+
+// ReadCA waits until the gateway whose broker directory is dir has written
+// its CA certificate, and returns it, as PEM. The certificate must parse,
+// be a CA's and hold no key: the launcher has nothing else of the CA.
+func ReadCA(ctx context.Context, dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, caWait)
+	defer cancel()
+	path := filepath.Join(dir, CAFile)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			return checkCA(data)
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("reading the gateway's CA certificate: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("the gateway wrote no CA certificate in %s within %s: %w", dir, caWait, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// checkCA is data, one PEM CA certificate and nothing else.
+func checkCA(data []byte) (string, error) {
+	block, rest := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" || len(bytes.TrimSpace(rest)) > 0 {
+		return "", errors.New("the gateway's CA certificate file holds something else than one certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !cert.IsCA {
+		return "", fmt.Errorf("the gateway's CA certificate is not a CA's (%v)", err)
+	}
+	return string(data), nil
+}
+
+// writeAtomic writes data as dir/name with mode, through a temporary file
+// renamed into place.
+func writeAtomic(dir, name string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(dir, "."+name+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
 }
 
 // ErrNoRun: the broker directory holds no run's file (yet).

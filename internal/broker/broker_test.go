@@ -6,11 +6,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,14 +19,19 @@ import (
 	"time"
 )
 
-// testRun is a run with a CA for the names and addresses given.
-func testRun(t *testing.T, names []string, addrs ...netip.Addr) Run {
+// testRun is a run with one secret.
+func testRun() Run {
+	return Run{Secrets: []Secret{{Name: "LLM_TOKEN", Sentinel: NewSentinel("LLM_TOKEN"), Value: "sk-real-value"}}}
+}
+
+// testIssuer is a run's CA for the hosts given.
+func testIssuer(t *testing.T, hosts ...string) *Issuer {
 	t.Helper()
-	ca, key, err := NewCA(names, addrs, time.Now())
+	iss, err := NewIssuer(hosts, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Run{CA: ca, CAKey: key, Secrets: []Secret{{Name: "LLM_TOKEN", Sentinel: NewSentinel("LLM_TOKEN"), Value: "sk-real-value"}}}
+	return iss
 }
 
 // TestIssuerConstrained: the certificates the issuer signs verify against
@@ -34,11 +39,7 @@ func testRun(t *testing.T, names []string, addrs ...netip.Addr) Run {
 // signs verifies for another host.
 func TestIssuerConstrained(t *testing.T) {
 	t.Parallel()
-	r := testRun(t, []string{"llm.test", "*.wild.test"}, netip.MustParseAddr("203.0.113.7"))
-	iss, err := NewIssuer(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss := testIssuer(t, "llm.test", "*.wild.test", "203.0.113.7")
 	roots := x509.NewCertPool()
 	roots.AddCert(iss.CA())
 	tests := map[string]bool{
@@ -91,7 +92,7 @@ func TestRunFile(t *testing.T) {
 	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
 		t.Errorf("broker directory mode %v, want 0700", fi.Mode().Perm())
 	}
-	r := testRun(t, []string{"llm.test"})
+	r := testRun()
 	if err := WriteRun(dir, r); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Secrets[0] != r.Secrets[0] || got.CA != r.CA {
+	if len(got.Secrets) != 1 || got.Secrets[0] != r.Secrets[0] {
 		t.Errorf("TakeRun read %+v, want %+v", got.Secrets, r.Secrets)
 	}
 	if _, err := os.Stat(filepath.Join(dir, RunFile)); !errors.Is(err, os.ErrNotExist) {
@@ -129,6 +130,50 @@ func TestRunFile(t *testing.T) {
 	}
 }
 
+// TestCAFile: the gateway's CA certificate is read back once written, and
+// a file that holds a key, or no CA, is refused.
+func TestCAFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	iss := testIssuer(t, "llm.test")
+	done := make(chan error, 1)
+	var got string
+	go func() {
+		var err error
+		got, err = ReadCA(context.Background(), dir)
+		done <- err
+	}()
+	if err := WriteCA(dir, iss.CAPEM()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || got != string(iss.CAPEM()) {
+		t.Fatalf("ReadCA: %v, %q", err, got)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, CAFile)); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("the CA file: %v, want mode 0644", err)
+	}
+	bad := map[string]string{
+		"a key after it": string(iss.CAPEM()) + "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+		"a leaf":         string(pemOf(mustCert(t, iss, "llm.test").Certificate[0])),
+		"nothing":        "",
+	}
+	for name, content := range bad {
+		os.WriteFile(filepath.Join(dir, CAFile), []byte(content), 0o644)
+		if _, err := ReadCA(context.Background(), dir); err == nil {
+			t.Errorf("%s: ReadCA took it", name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := ReadCA(ctx, t.TempDir()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("ReadCA of a directory without one: %v, want it to give up with its context", err)
+	}
+}
+
+func pemOf(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
 func TestSentinel(t *testing.T) {
 	t.Parallel()
 	a, b := NewSentinel("LLM_TOKEN"), NewSentinel("LLM_TOKEN")
@@ -141,8 +186,8 @@ func TestSentinel(t *testing.T) {
 // and checks its integrity digest.
 func TestJKSFormat(t *testing.T) {
 	t.Parallel()
-	r := testRun(t, []string{"llm.test"})
-	certs := Certificates(Bundle([]byte("not a certificate\n"), r.CA))
+	ca := string(testIssuer(t, "llm.test").CAPEM())
+	certs := Certificates(Bundle([]byte("not a certificate\n"), ca))
 	if len(certs) != 1 {
 		t.Fatalf("%d certificates in the bundle, want the CA", len(certs))
 	}
@@ -173,11 +218,7 @@ func TestJavaTrustsTheRunsCA(t *testing.T) {
 	if err != nil {
 		t.Skip("no java on this host (Debian's openjdk-17-jdk-headless runs this test)")
 	}
-	r := testRun(t, []string{"llm.test"}, netip.MustParseAddr("127.0.0.1"))
-	iss, err := NewIssuer(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss := testIssuer(t, "llm.test", "127.0.0.1")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +231,7 @@ func TestJavaTrustsTheRunsCA(t *testing.T) {
 
 	dir := t.TempDir()
 	store := filepath.Join(dir, TrustStoreFile)
-	os.WriteFile(store, JKS(Certificates(Bundle(nil, r.CA)), time.Now()), 0o644)
+	os.WriteFile(store, JKS(Certificates(Bundle(nil, string(iss.CAPEM()))), time.Now()), 0o644)
 	src := filepath.Join(dir, "Get.java")
 	os.WriteFile(src, []byte(`import java.net.URI;
 import java.net.http.*;

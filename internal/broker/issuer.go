@@ -8,15 +8,18 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 )
 
-// Issuer signs, with a run's CA, the certificates the gateway shows the
-// sandbox for the hosts whose TLS it terminates: one per host, made on
-// first use and kept, all with one key of the issuer's.
+// Issuer is a run's CA, in the memory of the gateway that made it, and
+// signs the certificates the gateway shows the sandbox for the hosts whose
+// TLS it terminates: one per host, made on first use and kept, all with one
+// key of the issuer's. Nothing gives its CA's key out.
 type Issuer struct {
 	ca     *x509.Certificate
 	caKey  crypto.Signer
@@ -25,9 +28,11 @@ type Issuer struct {
 	leaves map[string]*tls.Certificate
 }
 
-// NewIssuer is an issuer for a run's CA.
-func NewIssuer(r Run) (*Issuer, error) {
-	ca, caKey, err := r.ParseCA()
+// NewIssuer makes a run's CA for hosts (names, *.names, addresses: what
+// the gateway terminates TLS for, which the CA is constrained to) and is its
+// issuer.
+func NewIssuer(hosts []string, now time.Time) (*Issuer, error) {
+	ca, caKey, err := newCA(hosts, now)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +45,11 @@ func NewIssuer(r Run) (*Issuer, error) {
 
 // CA is the run's CA certificate.
 func (i *Issuer) CA() *x509.Certificate { return i.ca }
+
+// CAPEM is the run's CA certificate, PEM-encoded: what the sandbox trusts.
+func (i *Issuer) CAPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: i.ca.Raw})
+}
 
 // maxLeaves bounds the certificates kept: a sandbox that names many hosts
 // makes the issuer sign again, not grow.

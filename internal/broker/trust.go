@@ -2,12 +2,10 @@ package broker
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/sha1"
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf16"
@@ -92,32 +90,4 @@ func JKS(certs [][]byte, now time.Time) []byte {
 func writeUTF(b *bytes.Buffer, s string) {
 	_ = binary.Write(b, binary.BigEndian, uint16(len(s)))
 	b.WriteString(s)
-}
-
-// ParseCA reads a run's CA: its certificate and its key.
-func (r Run) ParseCA() (*x509.Certificate, crypto.Signer, error) {
-	block, _ := pem.Decode([]byte(r.CA))
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, nil, errors.New("the run's CA: no certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the run's CA: %w", err)
-	}
-	block, _ = pem.Decode([]byte(r.CAKey))
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, nil, errors.New("the run's CA: no private key")
-	}
-	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, nil, errors.New("the run's CA: its private key does not parse")
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, nil, errors.New("the run's CA: its private key cannot sign")
-	}
-	if pub, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(signer.Public()) {
-		return nil, nil, errors.New("the run's CA: its private key is not its certificate's")
-	}
-	return cert, signer, nil
 }

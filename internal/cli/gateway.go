@@ -78,7 +78,7 @@ is no need to start it by hand.`,
 	fl.StringVar(&f.ask, "ask", "", "ask about destinations no rule matches, serving ask.sock in `DIR` (with its sandbox.json)")
 	fl.DurationVar(&f.askTime, "ask-timeout", 60*time.Second, "with --ask: deny a request nobody decided within `DURATION`")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "`NAME=RULE`: the real value of secret NAME may go to the hosts of RULE (once per rule)")
-	fl.StringVar(&f.broker, "broker", "", "take the run's CA and secrets from the run's file in `DIR` (at start, and whenever one is written)")
+	fl.StringVar(&f.broker, "broker", "", "write the run's CA certificate to `DIR`, and take the run's secrets from the run's file there (at start, and whenever one is written)")
 	fl.StringVar(&f.upstreamCA, "upstream-ca", "", "trust the CA certificates of PEM `FILE` for the upstreams the gateway opens, beside the system's")
 	fl.StringVar(&f.methods, "methods", "", "the HTTP `METHODS` (GET,HEAD) an allow rule that names none lets through")
 	return cmd

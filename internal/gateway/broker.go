@@ -43,16 +43,17 @@ type liveSecret struct {
 	sentinel, value string
 }
 
-// SetRun gives the gateway a run's CA and the values of its secrets (a
-// prepared gateway gets each run's so). A secret of the run that the gateway
-// was not started with (Config.Secrets) is an error: the hosts it may go to
-// are fixed when the gateway starts, with what it forwards in the kernel.
+// SetRun gives the gateway the values of a run's secrets (a prepared
+// gateway, or one started again, gets its run's so): from then on it opens
+// the connections it must see, with Config.Issuer, which must be set. A
+// secret of the run that the gateway was not started with (Config.Secrets)
+// is an error: the hosts it may go to are fixed when the gateway starts,
+// with what it forwards in the kernel.
 func (c *Config) SetRun(r broker.Run) error {
-	iss, err := broker.NewIssuer(r)
-	if err != nil {
-		return err
+	if c.Issuer == nil {
+		return errors.New("the gateway has no CA")
 	}
-	live := &run{issuer: iss}
+	live := &run{issuer: c.Issuer}
 	for _, s := range r.Secrets {
 		i := slices.IndexFunc(c.Secrets, func(h SecretHosts) bool { return h.Name == s.Name })
 		switch {

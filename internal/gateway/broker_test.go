@@ -57,11 +57,7 @@ type seenRequest struct {
 func startBrokerUpstream(t testing.TB) *brokerUpstream {
 	t.Helper()
 	u := &brokerUpstream{release: make(chan struct{})}
-	run := testRun(t, []string{"llm.test", "git.test", "api.test", "free.test"})
-	iss, err := broker.NewIssuer(run)
-	if err != nil {
-		t.Fatal(err)
-	}
+	iss := testIssuer(t, "llm.test", "git.test", "api.test", "free.test")
 	u.roots = x509.NewCertPool()
 	u.roots.AddCert(iss.CA())
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
@@ -131,13 +127,14 @@ func (u *brokerUpstream) last(t *testing.T) seenRequest {
 	return u.seen[len(u.seen)-1]
 }
 
-func testRun(t testing.TB, names []string) broker.Run {
+// testIssuer is a run's CA for the hosts given.
+func testIssuer(t testing.TB, hosts ...string) *broker.Issuer {
 	t.Helper()
-	ca, key, err := broker.NewCA(names, nil, time.Now())
+	iss, err := broker.NewIssuer(hosts, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return broker.Run{CA: ca, CAKey: key}
+	return iss
 }
 
 // brokerGateway is a gateway with the explicit proxies and the TLS
@@ -161,8 +158,8 @@ func startBrokerGatewayOn(t testing.TB, up *brokerUpstream, load bool) *brokerGa
 	t.Helper()
 	p := fmt.Sprint(up.port)
 	b := &brokerGateway{up: up, sentinel: map[string]string{"LLM_TOKEN": broker.NewSentinel("LLM_TOKEN"), "GIT_TOKEN": broker.NewSentinel("GIT_TOKEN")}}
-	run := testRun(t, []string{"llm.test", "git.test", "api.test"})
-	run.Secrets = []broker.Secret{{Name: "LLM_TOKEN", Sentinel: b.sentinel["LLM_TOKEN"], Value: realValue}, {Name: "GIT_TOKEN", Sentinel: b.sentinel["GIT_TOKEN"], Value: gitValue}}
+	iss := testIssuer(t, "llm.test", "git.test", "api.test")
+	run := broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: b.sentinel["LLM_TOKEN"], Value: realValue}, {Name: "GIT_TOKEN", Sentinel: b.sentinel["GIT_TOKEN"], Value: gitValue}}}
 	b.explicitGateway = newExplicitGateway(t, []string{"llm.test:" + p, "git.test:" + p, "free.test:" + p, "other.test:" + p}, nil, func(c *Config) {
 		api, err := egress.ParseFlagRule("api.test:" + p + " GET,HEAD")
 		if err != nil {
@@ -172,6 +169,7 @@ func startBrokerGatewayOn(t testing.TB, up *brokerUpstream, load bool) *brokerGa
 		c.Secrets = []SecretHosts{{Name: "LLM_TOKEN", Hosts: rules(t, "llm.test:"+p)}, {Name: "GIT_TOKEN", Hosts: rules(t, "git.test:"+p)}}
 		c.UpstreamRoots = up.roots
 		c.Resolve = resolveBrokerNames
+		c.Issuer = iss
 		if load {
 			if err := c.SetRun(run); err != nil {
 				t.Fatal(err)
@@ -180,10 +178,6 @@ func startBrokerGatewayOn(t testing.TB, up *brokerUpstream, load bool) *brokerGa
 	})
 	t.Cleanup(b.cfg.stopIntercepting)
 	b.tlsAddr = startServing(t, func(l net.Listener) error { return b.cfg.ServeTLS(l, up.port) })
-	iss, err := broker.NewIssuer(run)
-	if err != nil {
-		t.Fatal(err)
-	}
 	b.runRoots = x509.NewCertPool()
 	b.runRoots.AddCert(iss.CA())
 	return b
@@ -342,11 +336,11 @@ func TestBrokerLeavesOtherSentinels(t *testing.T) {
 	plain := startHTTPUpstream(t, false)
 	g := newExplicitGateway(t, []string{hostPort("allowed.test", serverPort(t, plain))}, nil, func(cfg *Config) {
 		cfg.Secrets = b.cfg.Secrets
-		if err := cfg.SetRun(broker.Run{CA: testRun(t, []string{"llm.test"}).CA, CAKey: testRun(t, nil).CAKey}); err == nil {
-			t.Fatal("SetRun took a CA and a key that are not a pair... or it checks nothing")
+		run := broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}}
+		if err := cfg.SetRun(run); err == nil {
+			t.Fatal("SetRun took a run though the gateway has no CA")
 		}
-		run := testRun(t, []string{"llm.test"})
-		run.Secrets = []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}
+		cfg.Issuer = testIssuer(t, "llm.test")
 		if err := cfg.SetRun(run); err != nil {
 			t.Fatal(err)
 		}
@@ -594,10 +588,9 @@ func TestBrokerPlainHTTP(t *testing.T) {
 	n := &loopbackNet{names: map[string][]netip.Addr{"llm.test": upstreamAddrs}, port: portOf(t, up.URL)}
 	c, log := newTransparentConfig(t, []string{"llm.test"}, nil, n)
 	c.Secrets = []SecretHosts{{Name: "LLM_TOKEN", Hosts: rules(t, "llm.test")}}
-	run := testRun(t, []string{"llm.test"})
 	s := broker.NewSentinel("LLM_TOKEN")
-	run.Secrets = []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}
-	if err := c.SetRun(run); err != nil {
+	c.Issuer = testIssuer(t, "llm.test")
+	if err := c.SetRun(broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.stopIntercepting)

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
@@ -74,10 +75,13 @@ type Config struct {
 	Ask *ask.Broker
 	// Secrets are the variables whose sentinels the gateway replaces with
 	// their real values, and the hosts each may go to (broker.go); the
-	// values and the run's CA come with SetRun. The connections to those
+	// values come with SetRun. The connections to those
 	// hosts, and to those whose requests the Policy limits, the gateway
 	// opens (intercept.go), and never forwards in the kernel.
 	Secrets []SecretHosts
+	// Issuer is the run's CA, which the gateway made, and signs the
+	// certificates of the connections it opens; needed by SetRun.
+	Issuer *broker.Issuer
 	// UpstreamRoots verify the upstreams of the connections the gateway
 	// opens; nil: the system's roots.
 	UpstreamRoots *x509.CertPool

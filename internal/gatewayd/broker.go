@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/egress"
@@ -40,10 +41,10 @@ func upstreamRoots(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// takeRun gives cfg the run's CA and secrets, from the run's file in the
-// broker directory, which it removes. A directory without one is no error
-// (a gateway prepared ahead of its run): intercepted connections are then
-// refused until a run's file comes (watchRuns).
+// takeRun gives cfg the run's secrets, from the run's file in the broker
+// directory, which it removes. A directory without one is no error (a
+// gateway prepared ahead of its run, or started again): intercepted
+// connections are then refused until a run's file comes (watchRuns).
 func takeRun(cfg *gateway.Config, dir string) (bool, error) {
 	r, err := broker.TakeRun(dir)
 	if errors.Is(err, broker.ErrNoRun) {
@@ -59,8 +60,8 @@ func takeRun(cfg *gateway.Config, dir string) (bool, error) {
 }
 
 // watchRuns takes each run's file written into dir from now on (a run that
-// adopts a gateway prepared ahead hands it its CA and secrets so), until
-// ctx ends, reporting each.
+// adopts a gateway prepared ahead hands it its secrets so), until ctx ends,
+// reporting each.
 func watchRuns(ctx context.Context, cfg *gateway.Config, dir string, o *Options) error {
 	return watchDir(ctx, dir, broker.RunFile, func() {
 		ok, err := takeRun(cfg, dir)
@@ -68,14 +69,16 @@ func watchRuns(ctx context.Context, cfg *gateway.Config, dir string, o *Options)
 		case err != nil:
 			o.report("note: %v", err)
 		case ok:
-			o.report("took a run's CA and secrets from %s", dir)
+			o.report("took a run's secrets from %s", dir)
 		}
 	})
 }
 
 // brokering sets cfg up to open the connections it must see: the roots it
-// verifies upstreams with, the run's CA and secrets, and the watch for the
-// next run's.
+// verifies upstreams with, the run's CA (made here, for the hosts it opens,
+// its key kept in this process's memory alone), the run's secrets, and the
+// watch for the next run's. The CA's certificate is written into the broker
+// directory once the gateway listens (publishCA).
 func brokering(ctx context.Context, cfg *gateway.Config, o *Options) error {
 	roots, err := upstreamRoots(o.UpstreamCA)
 	if err != nil {
@@ -85,17 +88,64 @@ func brokering(ctx context.Context, cfg *gateway.Config, o *Options) error {
 	if o.Broker == "" {
 		return nil
 	}
+	if cfg.Issuer, err = broker.NewIssuer(openedHosts(o), time.Now()); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	took, err := takeRun(cfg, o.Broker)
 	if err != nil {
 		return err
 	}
 	if !took {
-		o.report("note: no run's CA and secrets in %s yet: the connections the gateway must open are refused until a run writes them", o.Broker)
+		o.report("note: no run's secrets in %s yet: the connections the gateway must open are refused until a run writes them", o.Broker)
 	}
 	if err := watchRuns(ctx, cfg, o.Broker, o); err != nil {
 		o.report("note: %v: a run's secrets written later are not taken", err)
 	}
 	return nil
+}
+
+// publishCA writes the run's CA certificate into the broker directory,
+// where the launcher reads it for the sandbox's trust files: once the
+// gateway listens, so that it also says the gateway is ready.
+func publishCA(cfg *gateway.Config, o *Options) error {
+	if o.Broker == "" {
+		return nil
+	}
+	if err := broker.WriteCA(o.Broker, cfg.Issuer.CAPEM()); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
+}
+
+// openedHosts are the hosts whose TLS the gateway may terminate, which its
+// CA is constrained to: those of the secrets, and those of the allow rules
+// that limit requests (all of them, the user's grants too, when the
+// profile limits methods: network.methods).
+func openedHosts(o *Options) []string {
+	var hosts []string
+	add := func(r egress.Rule) {
+		h := r.Host
+		switch {
+		case r.Addr.IsValid():
+			h = r.Addr.String()
+		case r.Wildcard:
+			h = "*." + h
+		}
+		if h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	for _, s := range o.Secrets {
+		for _, r := range s.Hosts {
+			add(r)
+		}
+	}
+	for _, r := range o.Policy.Allow {
+		if len(r.Methods) > 0 || len(r.Paths) > 0 || len(o.Policy.Methods) > 0 {
+			add(r)
+		}
+	}
+	return hosts
 }
 
 // ParseSecrets reads --secret NAME=RULE flags into the secrets and their

@@ -1,6 +1,9 @@
 package gatewayd
 
 import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,7 +15,9 @@ import (
 	"github.com/propio/propio-sandbox/internal/broker"
 )
 
-// TestTakesTheRun: the gateway takes the run's file at start, and each one
+// TestTakesTheRun: the gateway makes its CA, constrained to the hosts it
+// opens, and writes its certificate (never its key) into the broker
+// directory once it listens; it takes the run's file at start, and each one
 // a run writes later (as into a gateway prepared ahead), leaving none on
 // disk; one that names a secret the gateway does not broker is refused and
 // said.
@@ -22,11 +27,7 @@ func TestTakesTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	newRun := func(name string) broker.Run {
-		ca, key, err := broker.NewCA([]string{"llm.test"}, nil, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return broker.Run{CA: ca, CAKey: key, Secrets: []broker.Secret{{Name: name, Sentinel: broker.NewSentinel(name), Value: "sk-value"}}}
+		return broker.Run{Secrets: []broker.Secret{{Name: name, Sentinel: broker.NewSentinel(name), Value: "sk-value"}}}
 	}
 	if err := broker.WriteRun(dir, newRun("LLM_TOKEN")); err != nil {
 		t.Fatal(err)
@@ -60,6 +61,21 @@ func TestTakesTheRun(t *testing.T) {
 		}
 	}
 	gone()
+	caPEM, err := broker.ReadCA(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode([]byte(caPEM))
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !slices.Equal(ca.PermittedDNSDomains, []string{"llm.test"}) || len(ca.PermittedIPRanges) != 0 {
+		t.Errorf("the gateway's CA: %v, constrained to %v %v, want llm.test alone", err, ca.PermittedDNSDomains, ca.PermittedIPRanges)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if b, _ := os.ReadFile(filepath.Join(dir, e.Name())); strings.Contains(string(b), "PRIVATE KEY") {
+			t.Errorf("%s in the broker directory holds a private key", e.Name())
+		}
+	}
 
 	if err := broker.WriteRun(dir, newRun("LLM_TOKEN")); err != nil {
 		t.Fatal(err)
@@ -74,7 +90,7 @@ func TestTakesTheRun(t *testing.T) {
 		r.mu.Lock()
 		got := slices.Clone(r.lines)
 		r.mu.Unlock()
-		took := slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "took a run's CA and secrets from "+dir) })
+		took := slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "took a run's secrets from "+dir) })
 		refused := slices.ContainsFunc(got, func(l string) bool {
 			return strings.Contains(l, "the run's secret OTHER is not one the gateway brokers")
 		})

@@ -68,8 +68,9 @@ type Options struct {
 	// the hosts each may go to.
 	Secrets []gateway.SecretHosts
 	// Broker is the run's broker directory (package broker): the gateway
-	// takes the run's CA and secrets from the file there, at start and
-	// whenever a run writes one. "": it opens no connection over TLS.
+	// writes its CA's certificate there, and takes the run's secrets from
+	// the file there, at start and whenever a run writes one. "": it opens
+	// no connection over TLS.
 	Broker string
 	// UpstreamCA is a PEM file of CA certificates the gateway trusts for
 	// the upstreams it opens, beside the system's.
@@ -140,6 +141,10 @@ func serve(ctx context.Context, o Options) error {
 	}
 	for _, s := range srv.Skipped {
 		o.report("note: %s", s)
+	}
+	if err := publishCA(cfg, &o); err != nil {
+		srv.Close()
+		return err
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -70,7 +70,7 @@ func GatewayOptions(o *generator.Options, dirs hostinfo.Dirs) error {
 // prepareGateway numbers the sandbox network apart from the engine's,
 // generates the project, makes sure the gateway's image exists (building it
 // from this executable when it does not), starts the decision log, and
-// hands the run its brokering (prepareBroker). It returns the project and
+// readies the run's brokering (prepareBroker). It returns the project and
 // how its variables are filled in. What it made for the run is removed
 // when it fails.
 func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust func(*generator.Host)) (_ *types.Project, _ func(string) (string, bool), err error) {
@@ -104,7 +104,7 @@ func (l *launch) prepareGateway(ctx context.Context, o generator.Options, adjust
 	if err := l.gatewayFiles(o.Project, o.Subnet, true); err != nil {
 		return nil, nil, err
 	}
-	lookup, err := l.prepareBroker(ctx, project)
+	lookup, err := l.prepareBroker(ctx, project, true)
 	if err != nil {
 		return nil, nil, err
 	}

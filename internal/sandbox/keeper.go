@@ -23,6 +23,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/daemon"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
@@ -184,6 +185,11 @@ func (k *keeper) prepare(ctx context.Context) (*Conn, error) {
 	}
 	if _, err := decisionlog.Prepare(dirs.LogDir(), k.spec.Project); err != nil {
 		return c, err
+	}
+	if k.spec.Broker != "" {
+		if _, err := broker.MakeDir(k.spec.Broker, k.spec.Project); err != nil {
+			return c, err
+		}
 	}
 	return c, k.rt.Up(ctx, k.project)
 }

@@ -87,6 +87,9 @@ type launch struct {
 	// image's trust store (secrets.go).
 	values map[string]string
 	store  *imageStore
+	// broker is what the run hands its gateway once it runs; nil when the
+	// gateway opens nothing.
+	broker *runBroker
 	// name is the sandbox's name, held; host is where the engine listens;
 	// tempEngine: it is a Podman service started for the launch.
 	name       *heldName
@@ -393,7 +396,7 @@ func (s *launch) runSandbox(ctx context.Context, check *guardCheck) (code int, e
 		lookup := os.LookupEnv
 		switch {
 		case s.adopted != nil:
-			project, err = s.adoptedProject(s.opts, s.adjustAll)
+			project, lookup, err = s.adoptedProject(ctx, s.opts, s.adjustAll)
 		case allowlist:
 			project, lookup, err = s.prepareGateway(ctx, s.opts, s.adjustAll)
 		default:
@@ -433,6 +436,10 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 		return 0, err
 	}
 	stopHook := serveTestRequests(map[string]func(context.Context, ask.Request) (map[string]any, error){"port": ports.Handle})
+	var handBroker func(context.Context) error
+	if s.broker != nil {
+		handBroker = s.handBroker
+	}
 	code, err = Run(ctx, s.rt, project, RunOptions{
 		TTY:         s.TTY,
 		Interactive: true,
@@ -451,6 +458,7 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 		Started: s.started,
 		Release: s.handOff,
 		Host:    s.host,
+		Broker:  handBroker,
 	})
 	var gone *EngineGoneError
 	if s.engineGone = errors.As(err, &gone); s.engineGone && s.adopted != nil {

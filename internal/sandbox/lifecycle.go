@@ -82,6 +82,11 @@ type RunOptions struct {
 	// Host is where the engine listens, for what the run says when the
 	// engine goes away.
 	Host string
+	// Broker, when set, is called once the project's gateway runs and
+	// before the sandbox is made or started (it hands the gateway the
+	// run's secrets, and the sandbox the gateway's CA): the gateway is
+	// started alone first.
+	Broker func(context.Context) error
 }
 
 // Signals delivers the launcher's signals to a run. Notify starts the
@@ -437,7 +442,11 @@ func (r *run) runOne(ctx context.Context) (int, error) {
 	if k := r.o.Keep; k.resuming() {
 		return 0, k.start(ctx, r)
 	}
-	return r.rt.Run(ctx, r.project, backend.RunSpec{
+	project, err := r.gatewayFirst(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.rt.Run(ctx, project, backend.RunSpec{
 		Service:     generator.Service,
 		TTY:         r.o.TTY,
 		Interactive: r.o.Interactive,
@@ -452,6 +461,31 @@ func (r *run) runOne(ctx context.Context) (int, error) {
 			}
 		},
 	})
+}
+
+// gatewayFirst starts the project's gateway alone (made, or made already
+// and started again), when the run has brokering to hand it (o.Broker),
+// and hands it. It returns the project the sandbox runs in: without the
+// gateway, which runs already, when it started it.
+func (r *run) gatewayFirst(ctx context.Context) (*types.Project, error) {
+	if r.o.Broker == nil {
+		return r.project, nil
+	}
+	project := r.project
+	if _, ok := r.project.Services[generator.GatewayService]; ok {
+		gw := gatewayOnly(r.project)
+		var err error
+		if r.o.Keep.resuming() {
+			err = r.rt.Start(ctx, gw)
+		} else {
+			err = r.rt.Up(ctx, gw)
+		}
+		if err != nil {
+			return nil, err
+		}
+		project = agentOnly(r.project)
+	}
+	return project, r.o.Broker(ctx)
 }
 
 // kill stops the sandbox at once (its timeout, its disk cap).

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/broker"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
@@ -458,11 +461,52 @@ func (k *Keep) start(ctx context.Context, r *run) error {
 	if k.down {
 		return nil
 	}
-	err := r.rt.Start(ctx, r.project)
+	_, err := r.gatewayFirst(ctx)
+	if err == nil {
+		err = r.rt.Start(ctx, r.project)
+	}
 	if err != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killBudget)
 		defer cancel()
 		r.rt.Stop(sctx, r.project.Name)
 	}
 	return err
+}
+
+// sentinelsFile holds the sentinels of a persistent sandbox's secrets: its
+// container's variables hold them, and its gateway, started again, must
+// replace them still. Sentinels only, never a value.
+const sentinelsFile = "sentinels.json"
+
+// sentinels are the sentinels of the secrets named, for a run: new ones,
+// kept in the record's directory for a persistent sandbox up makes; those
+// kept for one started again.
+func (k *Keep) sentinels(names []string) (map[string]string, error) {
+	out := map[string]string{}
+	if k.resuming() {
+		path := filepath.Join(k.dir, sentinelsFile)
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(b, &out)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the sentinels of sandbox %s: %w", k.Record.Name, err)
+		}
+		for _, name := range names {
+			if out[name] == "" {
+				return nil, fmt.Errorf("sandbox %s was made without secret %s: remove it (down) and make it again (up)", k.Record.Name, name)
+			}
+		}
+		return out, nil
+	}
+	for _, name := range names {
+		out[name] = broker.NewSentinel(name)
+	}
+	if k != nil {
+		b, _ := json.Marshal(out)
+		if err := fsutil.WriteFileAtomic(filepath.Join(k.dir, sentinelsFile), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

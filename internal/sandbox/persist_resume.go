@@ -76,6 +76,11 @@ func (l *Launch) resume(ctx context.Context) (int, error) {
 			if err := s.gatewayFiles(name, ext.Gateway.Subnet, false); err != nil {
 				return 0, err
 			}
+			// Its gateway starts with a CA of its own and without the
+			// secrets' values: they are handed to it again.
+			if _, err := s.prepareBroker(ctx, project, true); err != nil {
+				return 0, err
+			}
 		}
 		ran := false
 		code, err := s.runProject(ctx, project, os.LookupEnv, check, &ran)

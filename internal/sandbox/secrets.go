@@ -1,17 +1,16 @@
 package sandbox
 
 // Credential brokering, the launch's part: the secrets' values read on the
-// host (once a launch), a sentinel for each, the run's CA, the run's file
-// in the gateway's broker directory, and the sandbox's trust files (the
-// image's trust store with the CA). The values go to the gateway's file
-// only: the sandbox's variables are filled in with the sentinels.
+// host (once a launch), a sentinel for each, the run's file in the
+// gateway's broker directory, and the sandbox's trust files (the image's
+// trust store with the CA the gateway made). The values go to the gateway's
+// file only: the sandbox's variables are filled in with the sentinels.
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,13 +185,24 @@ type imageStore struct {
 	data []byte
 }
 
-// prepareBroker hands a run its brokering, when the project's gateway
-// opens connections: it reads the secrets' values, makes the run's CA,
-// writes the run's file into the broker directory (for the gateway) and the
-// trust files (for the sandbox). It returns how the sandbox's variables are
-// filled in: a secret's with its sentinel, never from the host; the others
-// from the launcher's environment.
-func (l *launch) prepareBroker(ctx context.Context, project *types.Project) (func(string) (string, bool), error) {
+// runBroker is what a launch hands its gateway once it runs (handBroker):
+// the run's secrets, in the gateway's broker directory.
+type runBroker struct {
+	dir     string // the gateway's broker directory
+	project string
+	run     broker.Run
+}
+
+// prepareBroker readies a run's brokering, when the project's gateway
+// opens connections: it reads the secrets' values, makes their sentinels
+// (a persistent sandbox started again has its own still) and the broker
+// directory, unless the gateway's keeper made it (fresh false). It
+// returns how the sandbox's variables are filled in: a secret's with its
+// sentinel, never from the host; the others from the launcher's
+// environment. The run's CA is the gateway's own: handBroker takes its
+// certificate once the gateway runs.
+func (l *launch) prepareBroker(ctx context.Context, project *types.Project, fresh bool) (func(string) (string, bool), error) {
+	l.broker = nil
 	secret := func(name string) bool { _, ok := l.Profile.Secrets[name]; return ok }
 	lookup := func(name string) (string, bool) {
 		if secret(name) {
@@ -216,28 +226,20 @@ func (l *launch) prepareBroker(ctx context.Context, project *types.Project) (fun
 	if err := l.checkUpstreamCA(); err != nil {
 		return nil, err
 	}
-	dnsNames, addrs := l.openedHosts(names)
-	caPEM, keyPEM, err := broker.NewCA(dnsNames, addrs, time.Now())
+	sentinels, err := l.Keep.sentinels(names)
 	if err != nil {
 		return nil, err
 	}
-	run := broker.Run{CA: caPEM, CAKey: keyPEM}
-	sentinels := map[string]string{}
+	b := &runBroker{dir: filepath.Join(l.plan.host.BrokerDir, project.Name), project: project.Name}
 	for _, name := range names {
-		sentinels[name] = broker.NewSentinel(name)
-		run.Secrets = append(run.Secrets, broker.Secret{Name: name, Sentinel: sentinels[name], Value: values[name]})
+		b.run.Secrets = append(b.run.Secrets, broker.Secret{Name: name, Sentinel: sentinels[name], Value: values[name]})
 	}
-	h := l.plan.host
-	dir, err := broker.MakeDir(h.BrokerDir, project.Name)
-	if err != nil {
-		return nil, err
+	if fresh {
+		if b.dir, err = broker.MakeDir(l.plan.host.BrokerDir, project.Name); err != nil {
+			return nil, err
+		}
 	}
-	if err := broker.WriteRun(dir, run); err != nil {
-		return nil, err
-	}
-	if err := l.writeTrustFiles(ctx, project.Name, caPEM); err != nil {
-		return nil, err
-	}
+	l.broker = b
 	return func(name string) (string, bool) {
 		if s, ok := sentinels[name]; ok {
 			return s, true
@@ -246,9 +248,26 @@ func (l *launch) prepareBroker(ctx context.Context, project *types.Project) (fun
 	}, nil
 }
 
+// handBroker hands the gateway, once it runs and before the sandbox is
+// made, the run's brokering: it reads the certificate of the CA the gateway
+// made, writes the sandbox's trust files with it, and the run's secrets
+// into the broker directory, for the gateway to take.
+func (l *launch) handBroker(ctx context.Context) error {
+	b := l.broker
+	caPEM, err := broker.ReadCA(ctx, b.dir)
+	if err != nil {
+		return err
+	}
+	if err := l.writeTrustFiles(ctx, b.project, caPEM); err != nil {
+		return err
+	}
+	return broker.WriteRun(b.dir, b.run)
+}
+
 // writeTrustFiles writes the sandbox's trust files for the run's CA into
 // its directory (mode 0755, files 0644: certificates, read by whatever
-// user the sandbox runs as).
+// user the sandbox runs as). A persistent sandbox started again has them
+// written again, for its gateway's new CA.
 func (l *launch) writeTrustFiles(ctx context.Context, project, caPEM string) error {
 	_, store, err := l.trustStore(ctx, l.Profile.Image)
 	if err != nil {
@@ -291,47 +310,4 @@ func (l *launch) checkUpstreamCA() error {
 		return fmt.Errorf("%s: network.upstream_ca: %s: %s", l.Profile.Pos("network", "upstream_ca"), f, fsutil.Problem(err))
 	}
 	return nil
-}
-
-// openedHosts are the hosts the gateway may terminate TLS for, which the
-// run's CA is constrained to: those of the secrets given, and those of the
-// allow rules that limit requests (all of them, the user's grants too,
-// with network.methods).
-func (l *launch) openedHosts(secrets []string) ([]string, []netip.Addr) {
-	var names []string
-	var addrs []netip.Addr
-	add := func(host string, wildcard bool, addr netip.Addr) {
-		switch {
-		case addr.IsValid():
-			if !slices.Contains(addrs, addr) {
-				addrs = append(addrs, addr)
-			}
-		case host != "":
-			if wildcard {
-				host = "*." + host
-			}
-			if !slices.Contains(names, host) {
-				names = append(names, host)
-			}
-		}
-	}
-	p := l.Profile
-	for _, name := range secrets {
-		for _, r := range p.Secrets[name].Hosts {
-			add(r.Host, r.Wildcard, r.Addr)
-		}
-	}
-	for _, r := range p.Network.Allow {
-		if r.Limited() || len(p.Network.Methods) > 0 {
-			add(r.Host, r.Wildcard, r.Addr)
-		}
-	}
-	if len(p.Network.Methods) > 0 {
-		for _, g := range l.plan.host.Grants {
-			if r, err := profile.ParseRule(g.Rule); err == nil && !g.Deny {
-				add(r.Host, r.Wildcard, r.Addr)
-			}
-		}
-	}
-	return names, addrs
 }

@@ -71,23 +71,31 @@ func PrepareKeep(lookup func(string) (string, bool)) (time.Duration, error) {
 // and the networks, as generated; and its render's digest, which tells
 // whether a run would make the same.
 func spareOf(project *types.Project) (spare *types.Project, render []byte, digest string, err error) {
-	gw, ok := project.Services[generator.GatewayService]
-	if !ok {
+	if _, ok := project.Services[generator.GatewayService]; !ok {
 		return nil, nil, "", fmt.Errorf("project %s has no gateway", project.Name)
 	}
-	p := *project
-	p.Services = types.Services{generator.GatewayService: gw}
-	p.Volumes = nil
-	render, err = generator.Render(&p)
+	p := gatewayOnly(project)
+	render, err = generator.Render(p)
 	if err != nil {
 		return nil, nil, "", err
 	}
 	sum := sha256.Sum256(render)
-	return &p, render, hex.EncodeToString(sum[:]), nil
+	return p, render, hex.EncodeToString(sum[:]), nil
 }
 
-// agentOnly is the project a run that adopted a gateway runs: its own
-// container alone, on the networks the keeper made (external).
+// gatewayOnly is project's gateway and networks, which start before the
+// sandbox (a gateway prepared ahead, or one that the run hands its
+// brokering before the sandbox is made).
+func gatewayOnly(project *types.Project) *types.Project {
+	p := *project
+	p.Services = types.Services{generator.GatewayService: project.Services[generator.GatewayService]}
+	p.Volumes = nil
+	return &p
+}
+
+// agentOnly is the project of a sandbox whose gateway runs already (a
+// run's that adopted it, or started it first): its own container alone, on
+// the gateway's networks (external).
 func agentOnly(project *types.Project) *types.Project {
 	p := *project
 	p.Services = types.Services{}
@@ -243,7 +251,7 @@ type adoption struct {
 // engine whose networks keep the host out and that outlives the launcher.
 func (s *launch) spareable() bool {
 	p := s.Profile
-	return s.keep > 0 && s.Keep == nil && p.Network.Mode == "allowlist" && !p.Network.Asks() && !generator.Opens(p, s.plan.host) &&
+	return s.keep > 0 && s.Keep == nil && p.Network.Mode == "allowlist" && !p.Network.Asks() &&
 		s.facts.InternalNetworks && !s.tempEngine
 }
 
@@ -331,26 +339,31 @@ func (s *launch) spareFor(name string, subnet netip.Prefix) (*types.Project, str
 }
 
 // adoptedProject is the project of a run on the gateway it adopted: the
-// sandbox alone, on the keeper's networks. What it would make cold must be
-// what the keeper holds, still.
-func (s *launch) adoptedProject(o generator.Options, adjust func(*generator.Host)) (*types.Project, error) {
+// sandbox alone, on the keeper's networks; and how its variables are
+// filled in (its brokering, handed to the gateway as the sandbox starts).
+// What it would make cold must be what the keeper holds, still.
+func (s *launch) adoptedProject(ctx context.Context, o generator.Options, adjust func(*generator.Host)) (*types.Project, func(string) (string, bool), error) {
 	o.Subnet = s.adopted.subnet
 	project, err := s.plan.Generate(o, adjust)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	held := s.adopted.spare
 	if !reflect.DeepEqual(project.Services[generator.GatewayService], held.Services[generator.GatewayService]) || !reflect.DeepEqual(project.Networks, held.Networks) {
-		return nil, fmt.Errorf("the gateway prepared for sandbox %s is not the one this run makes", o.Project)
+		return nil, nil, fmt.Errorf("the gateway prepared for sandbox %s is not the one this run makes", o.Project)
 	}
 	dirs := s.plan.Env.Dirs
 	if err := writeResolvConf(dirs.ResolvDir(), generator.GatewayAddr(o.Subnet)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := decisionlog.Begin(dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: o.Project, Workspace: s.plan.Env.Workspace, Profile: s.plan.Profile.Meta.File}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return agentOnly(project), nil
+	lookup, err := s.prepareBroker(ctx, project, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return agentOnly(project), lookup, nil
 }
 
 // release tells the keeper the run is over: it removes everything of the
@@ -392,6 +405,10 @@ type spareSpec struct {
 	Host      string        `json:"host"`
 	Keep      time.Duration `json:"keep"`
 	State     string        `json:"state"` // the user's propio-sandbox state directory
+	// Broker is the directory of the broker directories, when the gateway
+	// opens connections: the keeper makes the gateway's before it starts
+	// it (where the gateway writes its CA's certificate).
+	Broker string `json:"broker,omitempty"`
 }
 
 // prepareSpare takes the next free name of the workspace, makes the project
@@ -430,6 +447,9 @@ func (s *launch) prepareSpare(ctx context.Context) error {
 	}
 	spec := spareSpec{Project: o.Project, Render: string(render), Digest: digest, Subnet: o.Subnet.String(), Workspace: s.Env.Workspace,
 		WorkDir: project.WorkingDir, Host: s.host, Keep: s.keep, State: s.Env.Dirs.State}
+	if generator.Opens(s.Profile, s.plan.host) {
+		spec.Broker = s.plan.host.BrokerDir
+	}
 	file := filepath.Join(dir, o.Project+".spare.json")
 	b, _ := json.Marshal(spec)
 	if err := os.WriteFile(file, b, 0o600); err != nil {

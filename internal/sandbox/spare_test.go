@@ -184,7 +184,7 @@ func TestSpareAdopted(t *testing.T) {
 	}
 	s.adopted = a
 	s.opts.Project = a.name.Name
-	project, err := s.adoptedProject(s.opts, s.engineFacts)
+	project, _, err := s.adoptedProject(context.Background(), s.opts, s.engineFacts)
 	if err != nil {
 		t.Fatal(err)
 	}
