@@ -3,8 +3,11 @@
 // same image (the e2e probe, FROM scratch) and the same command (it prints
 // the wall clock and exits 0), on the same engine, with the sandbox's
 // network open, and with an allowlist: warm (a gateway prepared ahead is
-// adopted) and cold (nothing prepared ahead). Targets: open at most 1.10
-// times docker's, an allowlist (warm) at most 1.5 times, both for the time
+// adopted) and cold (nothing prepared ahead), and warm with a secret
+// brokered (as the built-ins strict and standard broker the provider
+// keys: the prepared gateway made its CA, the run hands it the value and
+// writes the sandbox's trust files). Targets: open at most 1.10
+// times docker's, an allowlist (warm, both) at most 1.5 times, both for the time
 // until the command runs and the time until the launcher has exited.
 //
 // The arms run interleaved (each round in another order) after a warm-up,
@@ -92,8 +95,10 @@ func TestLaunchRatio(t *testing.T) {
 			}
 		}
 	}
-	if warm := arms[2]; warm.adopted < len(warm.exit) {
-		t.Errorf("%s: %d of %d measured launches adopted a gateway prepared ahead", warm.name, warm.adopted, len(warm.exit))
+	for _, warm := range arms {
+		if warm.warm && warm.adopted < len(warm.exit) {
+			t.Errorf("%s: %d of %d measured launches adopted a gateway prepared ahead", warm.name, warm.adopted, len(warm.exit))
+		}
 	}
 }
 
@@ -133,6 +138,7 @@ type arms struct {
 	workspace string // the open arm's
 	profile   string // network open
 	allowlist string // network allowlist (allowed.test: nothing is reached)
+	secret    string // the allowlist with a secret brokered to llm.test, as strict and standard have
 	base      string
 	home      string
 	env       []string // the launcher's: a home of its own, nothing of the user's
@@ -154,6 +160,8 @@ func newArms(tb testing.TB) *arms {
 	}
 	a.profile = a.writeProfile(tb, "bench.yaml", "network: {mode: open}\n")
 	a.allowlist = a.writeProfile(tb, "allowlist.yaml", "network:\n  mode: allowlist\n  allow: [allowed.test]\n")
+	a.secret = a.writeProfile(tb, "secret.yaml", "network:\n  mode: allowlist\n  allow: [allowed.test, llm.test]\n"+
+		"secrets:\n  LLM_TOKEN: {from: {env: BENCH_LLM_TOKEN}, hosts: [llm.test]}\n")
 	a.env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + a.home,
@@ -181,8 +189,8 @@ func (a *arms) writeProfile(tb testing.TB, name, network string) string {
 // with an allowlist, warm and cold, each cold one in a workspace of its
 // own.
 func (a *arms) launchArms() []*launchArm {
-	warm, cold := filepath.Join(a.base, "allowlist-warm"), filepath.Join(a.base, "allowlist-cold")
-	for _, d := range []string{warm, cold} {
+	warm, cold, secret := filepath.Join(a.base, "allowlist-warm"), filepath.Join(a.base, "allowlist-cold"), filepath.Join(a.base, "secret-warm")
+	for _, d := range []string{warm, cold, secret} {
 		os.MkdirAll(d, 0o755)
 	}
 	return []*launchArm{
@@ -192,6 +200,8 @@ func (a *arms) launchArms() []*launchArm {
 		{name: "propio-sandbox, network open", cmd: a.propioCmd(a.launcher, a.profile, nil), workspace: a.workspace, target: Target},
 		{name: "propio-sandbox, allowlist (warm)", cmd: a.propioCmd(a.launcher, a.allowlist, nil), workspace: warm, target: TargetAllowlist, warm: true},
 		{name: "propio-sandbox, allowlist (cold)", cmd: a.propioCmd(a.launcher, a.allowlist, []string{launchpkg.EnvPrepare + "=0"}), workspace: cold},
+		{name: "propio-sandbox, allowlist with a brokered secret (warm)", cmd: a.propioCmd(a.launcher, a.secret, []string{"BENCH_LLM_TOKEN=sk-bench-value"}),
+			workspace: secret, target: TargetAllowlist, warm: true},
 	}
 }
 

@@ -158,10 +158,12 @@ type Runtime interface {
 	// running, and returns its exit code. When the engine stops answering
 	// (it is stopped or restarted), the error wraps ErrEngineGone.
 	Wait(ctx context.Context, project, service string) (int, error)
-	// Start starts the project's containers that are not running: those of
-	// the services the agent's depends on (an allowlist's gateway) first,
-	// then the agent's. They must exist (a stopped persistent sandbox's, or
-	// one the engine stopped when it restarted).
+	// Start starts the containers of the project's services that are not
+	// running: those of the services the agent's depends on (an
+	// allowlist's gateway) first, then the agent's, when the project has
+	// it (a project of the gateway alone starts the gateway alone). They
+	// must exist (a stopped persistent sandbox's, or one the engine stopped
+	// when it restarted).
 	Start(ctx context.Context, project *types.Project) error
 	// Stop stops the project's running containers, the agent's first, and
 	// keeps them, with their writable layers, and the project's networks

@@ -99,9 +99,9 @@ func (e *Engine) reachable() bool {
 	return true
 }
 
-// Start starts the project's containers that are not running, the
-// services' the agent depends on first, then the agent's, each once the
-// one before is running. Containers that are not a service's (an agent's
+// Start starts the containers of the project's services that are not
+// running, the services' the agent depends on first, then the agent's
+// (when the project has it), each once the one before is running. Containers that are not a service's (an agent's
 // port relays) are left as they are.
 func (e *Engine) Start(ctx context.Context, project *types.Project) error {
 	list, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{
@@ -114,13 +114,15 @@ func (e *Engine) Start(ctx context.Context, project *types.Project) error {
 	var first, agent []container.Summary
 	for _, c := range list.Items {
 		switch svc := c.Labels[api.ServiceLabel]; {
+		case svc == "" || project.Services[svc].Name == "":
+			// Not one of the services to start.
 		case svc == generator.Service:
 			agent = append(agent, c)
-		case svc != "" && project.Services[svc].Name != "":
+		default:
 			first = append(first, c)
 		}
 	}
-	if len(agent) == 0 {
+	if _, ok := project.Services[generator.Service]; ok && len(agent) == 0 {
 		return fmt.Errorf("%s has no %s container to start", project.Name, generator.Service)
 	}
 	for _, c := range append(first, agent...) {
