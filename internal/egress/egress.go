@@ -51,6 +51,18 @@ type Rule struct {
 	Paths   []string
 }
 
+// HostPattern is the rule's destination without its port: its address,
+// *.name for a wildcard, or its name.
+func (r Rule) HostPattern() string {
+	switch {
+	case r.Addr.IsValid():
+		return r.Addr.String()
+	case r.Wildcard:
+		return "*." + r.Host
+	}
+	return r.Host
+}
+
 // Name is how decisions name the rule: its Origin, else its text.
 func (r Rule) Name() string {
 	if r.Origin != "" {

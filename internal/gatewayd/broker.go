@@ -124,14 +124,7 @@ func publishCA(cfg *gateway.Config, o *Options) error {
 func openedHosts(o *Options) []string {
 	var hosts []string
 	add := func(r egress.Rule) {
-		h := r.Host
-		switch {
-		case r.Addr.IsValid():
-			h = r.Addr.String()
-		case r.Wildcard:
-			h = "*." + h
-		}
-		if h != "" && !slices.Contains(hosts, h) {
+		if h := r.HostPattern(); h != "" && !slices.Contains(hosts, h) {
 			hosts = append(hosts, h)
 		}
 	}

@@ -471,12 +471,5 @@ func SplitRule(s string) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	host := r.Host
-	switch {
-	case r.Addr.IsValid():
-		host = r.Addr.String()
-	case r.Wildcard:
-		host = "*." + host
-	}
-	return host, int(r.Port), nil
+	return r.HostPattern(), int(r.Port), nil
 }
