@@ -617,6 +617,7 @@ func (h *cleanupTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // (and both are removed when they end).
 func TestRenderNamesTheRun(t *testing.T) {
 	s := newSandbox(t)
+	s.uniqueWorkspace() // other tests' sandboxes take propio-workspace-N
 	p := s.Profile("network: {mode: none}\n")
 	r := s.Run("", "render", "-p", p)
 	if r.Code != 0 {

@@ -366,8 +366,11 @@ func TestPersistentIdle(t *testing.T) {
 // start resumes it. A sandbox whose record is gone is a leftover gc
 // removes; a run in the same workspace takes another name and leaves a
 // persistent sandbox alone.
+//
+// Not parallel: the sandbox it leaves without a supervisor is a leftover
+// that any other test's launch on a shared engine may remove first (as it
+// should).
 func TestPersistentGC(t *testing.T) {
-	t.Parallel()
 	s := newSandbox(t)
 	p := up(t, s, s.Profile(probeOffline))
 	e, _ := p.entry(t)
