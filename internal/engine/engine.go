@@ -59,6 +59,9 @@ type Streams struct {
 // Engine is a connection to one engine, with a Compose service on it.
 type Engine struct {
 	Host string
+	// Context is the Docker context Host is that of ("" for none), and
+	// ContextFrom what chose it (see Location).
+	Context, ContextFrom string
 	// Kind is Docker or Podman, as the engine itself says.
 	Kind string
 	// Rootless: a Podman running as an unprivileged user.
@@ -90,6 +93,13 @@ func init() { logrus.SetOutput(io.Discard) }
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
 // ErrEngineTooOld when that is what went wrong.
 func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
+	return ConnectTo(ctx, Location{Host: host}, s)
+}
+
+// ConnectTo is Connect to the engine Locate found, through its context's
+// endpoint (TLS, ssh) when it has one.
+func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
+	host := loc.Host
 	kind, known, apiVersion := "", false, ""
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
 		h, err := probeSocket(ctx, path)
@@ -100,6 +110,10 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 		apiVersion = h.Get("Api-Version")
 	}
 	opts := []client.Opt{client.FromEnv, client.WithHost(host)}
+	if loc.opts != nil {
+		// A context's endpoint: its own host and TLS, not DOCKER_CERT_PATH's.
+		opts = loc.opts
+	}
 	if apiVersion != "" {
 		// Known from the socket's ping: no second one to negotiate it.
 		opts = append(opts, client.WithAPIVersion(lowerVersion(apiVersion, client.MaxAPIVersion)))
@@ -139,7 +153,7 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
-	e := &Engine{Host: host, Kind: Docker, cli: cli, api: api, compose: svc}
+	e := &Engine{Host: host, Context: loc.Context, ContextFrom: loc.ContextFrom, Kind: Docker, cli: cli, api: api, compose: svc}
 	if known {
 		e.Kind = kind
 	} else if err := e.identify(pctx); err != nil {

@@ -21,6 +21,11 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 		return Info{}, fmt.Errorf("reading the engine's info: %w", err)
 	}
 	in := Info{
+		Kind:           e.Kind,
+		Version:        res.Info.ServerVersion,
+		Host:           e.Host,
+		Context:        e.Context,
+		ContextFrom:    e.ContextFrom,
 		Arch:           NormalizeArch(res.Info.Architecture),
 		DataDir:        res.Info.DockerRootDir,
 		DefaultRuntime: res.Info.DefaultRuntime,
