@@ -202,3 +202,25 @@ func contextHosts(dir string) []string {
 	}
 	return hosts
 }
+
+// contextOf is the context in the store in dir whose Docker endpoint is
+// host, with the options that reach it (its TLS material, ssh), for a
+// background process of a launch that found host through that context: it
+// is given the host alone. ok is false when no context has it, or one at a
+// unix socket (which needs no more than its host).
+func contextOf(dir, host string) (ep dockerEndpoint, ok bool) {
+	if strings.HasPrefix(host, "unix://") {
+		return dockerEndpoint{}, false
+	}
+	list, err := store.New(filepath.Join(dir, "contexts"), command.DefaultContextStoreConfig()).List()
+	if err != nil {
+		return dockerEndpoint{}, false
+	}
+	for _, m := range list {
+		if meta, err := docker.EndpointFromContext(m); err == nil && meta.Host == host {
+			ep, err := contextEndpoint(dir, m.Name, "")
+			return ep, err == nil
+		}
+	}
+	return dockerEndpoint{}, false
+}

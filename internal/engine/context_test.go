@@ -132,3 +132,24 @@ func TestSocketsOfContexts(t *testing.T) {
 		t.Errorf("Sockets lacks a context's socket: %q", got)
 	}
 }
+
+func TestContextOfHost(t *testing.T) {
+	dir := t.TempDir()
+	newContext(t, dir, "local", "unix:///srv/local/docker.sock")
+	newContext(t, dir, "remote", "tcp://engine.test:2376")
+	for _, tc := range []struct {
+		host, context string
+	}{
+		{"tcp://engine.test:2376", "remote"},
+		{"tcp://other.test:2376", ""},
+		{"unix:///srv/local/docker.sock", ""}, // a socket needs no more than its host
+	} {
+		ep, ok := contextOf(dir, tc.host)
+		if ok != (tc.context != "") || ep.Context != tc.context {
+			t.Errorf("contextOf(%s) = %q, %v; want %q", tc.host, ep.Context, ok, tc.context)
+		}
+		if ok && ep.opts == nil {
+			t.Errorf("contextOf(%s) gives no options to reach it", tc.host)
+		}
+	}
+}

@@ -92,8 +92,19 @@ func init() { logrus.SetOutput(io.Discard) }
 // Connect reaches the engine at host and checks that it can run sandboxes.
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
 // ErrEngineTooOld when that is what went wrong.
+//
+// A host that is not a unix socket and that a Docker context of the docker
+// CLI's configuration ($DOCKER_CONFIG) has as its endpoint is reached as
+// that context says (its TLS material, ssh), unless DOCKER_CERT_PATH says
+// how: a process carrying on a launch's work is given its host alone.
 func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
-	return ConnectTo(ctx, Location{Host: host}, s)
+	loc := Location{Host: host}
+	if os.Getenv("DOCKER_CERT_PATH") == "" {
+		if ep, ok := contextOf(configDir(os.Getenv), host); ok {
+			loc = ep.location()
+		}
+	}
+	return ConnectTo(ctx, loc, s)
 }
 
 // ConnectTo is Connect to the engine Locate found, through its context's
