@@ -150,6 +150,16 @@ func TestDockerContext(t *testing.T) {
 			})
 		}
 	})
+
+	t.Run("engine down", func(t *testing.T) {
+		down := "unix://" + filepath.Join(t.TempDir(), "docker.sock")
+		dockerCLI("context", "create", "down", "--docker", "host="+down)
+		s.Env = append(slices.Clone(base), "DOCKER_CONTEXT=down")
+		r := s.Run("", "run", "-p", p, "--", "exit", "0")
+		if r.Code == 0 || !strings.Contains(r.Stderr, `docker context "down" (from DOCKER_CONTEXT): `) || !strings.Contains(r.Stderr, strings.TrimPrefix(down, "unix://")) {
+			t.Errorf("run on a context whose engine is down does not name the context and its host:\n%s", r)
+		}
+	})
 	s.Env = noHost
 }
 

@@ -83,6 +83,9 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 		if loc.Stop != nil {
 			loc.Stop()
 		}
+		if loc.Context != "" {
+			err = fmt.Errorf("docker context %q (from %s): %w", loc.Context, loc.ContextFrom, err)
+		}
 		return nil, &EngineError{Kind: loc.Kind, Err: err}
 	}
 	return &Conn{Runtime: eng, Host: loc.Host, temporary: loc.Stop != nil, close: func() {
