@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
@@ -297,6 +298,17 @@ func fenceIn(project *types.Project, p *profile.Profile, h Host, image string, g
 	agent.ExtraHosts = nil
 	agent.NetworkMode = "service:" + NetnsService
 	agent.DependsOn[NetnsService] = types.ServiceDependency{Condition: types.ServiceConditionStarted, Required: true}
+}
+
+// FenceWait bounds the wait for a netns service's fence, from its start.
+const FenceWait = 15 * time.Second
+
+// FenceCheck is the command that, run in the netns service n's container,
+// exits 0 once its namespace is fenced in (waiting up to FenceWait), and
+// non-zero, saying why, when it is not: binary is the entrypoint of the
+// gateway's image, which the service runs.
+func FenceCheck(n types.ServiceConfig, binary string) []string {
+	return append(append([]string{binary}, n.Command...), "--check", "--wait", FenceWait.String())
 }
 
 // AskDir is the ask directory of project under base (Host.AskDir): the

@@ -389,7 +389,8 @@ func (r *run) gone(err error) *EngineGoneError {
 // allowlist on an engine whose internal networks do not keep the host
 // out), and has it say that the namespace is fenced in before the agent
 // joins it: the agent's first packet finds the fence. A persistent sandbox
-// started again finds its namespace as its holder fenced it.
+// started again has its holder started, and its fence checked, by the
+// Runtime's Start, before its agent.
 func (r *run) fenceFirst(ctx context.Context) error {
 	n, ok := r.project.Services[generator.NetnsService]
 	if !ok || r.o.Keep.resuming() {
@@ -400,9 +401,8 @@ func (r *run) fenceFirst(ctx context.Context) error {
 	if err := r.rt.Up(ctx, &p); err != nil {
 		return fmt.Errorf("starting the container that holds the sandbox's network namespace: %w", err)
 	}
-	check := append(append([]string{gatewayimage.Binary}, n.Command...), "--check", "--wait", fenceWait.String())
 	var out strings.Builder
-	code, err := r.rt.Exec(ctx, p.Name, backend.ExecSpec{Service: generator.NetnsService, Command: check, Streams: backend.Streams{Out: &out, Err: &out}})
+	code, err := r.rt.Exec(ctx, p.Name, backend.ExecSpec{Service: generator.NetnsService, Command: generator.FenceCheck(n, gatewayimage.Binary), Streams: backend.Streams{Out: &out, Err: &out}})
 	switch {
 	case err != nil:
 		return fmt.Errorf("checking the fence of the sandbox's network namespace: %w", err)
@@ -411,9 +411,6 @@ func (r *run) fenceFirst(ctx context.Context) error {
 	}
 	return nil
 }
-
-// fenceWait bounds the wait for the fence, from the start of its holder.
-const fenceWait = 15 * time.Second
 
 // ensureImages fails fast, naming the image, when the agent's or the
 // gateway's is not on the engine: propio-sandbox never pulls behind the
