@@ -509,7 +509,7 @@ type Info struct {
 	// Storage is how the engine keeps writable layers.
 	Storage Storage
 	// Rootless: the engine says it runs as an unprivileged user (rootless
-	// Docker; Podman's compatible info does not say, Engine.Rootless does).
+	// Docker; Podman says so in its own info, not in the compatible one).
 	Rootless bool
 	// DockerDesktop: the engine is Docker Desktop's.
 	DockerDesktop bool

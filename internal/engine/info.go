@@ -39,6 +39,8 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 			in.Rootless = true
 		}
 	}
+	// Podman's compatible info does not say it runs rootless; its own did.
+	in.Rootless = in.Rootless || e.Rootless
 	in.DockerDesktop = strings.Contains(res.Info.OperatingSystem, "Docker Desktop")
 	in.Storage = storageOf(res.Info, e.Kind, e.Host)
 	e.infoMu.Lock()

@@ -422,6 +422,11 @@ func (c *checker) engine(ctx context.Context) Result {
 	if c.infoErr != nil {
 		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
 	}
+	if c.Profile.Network.Mode == "allowlist" && c.info.Kind == "podman" && c.info.Rootless {
+		return fail(engineReason(c.info)+"; network.mode allowlist does not run on rootless Podman yet (the fence that keeps its sandbox off the host's address on the sandbox network is made as root)",
+			"use rootful Podman (4.3.1 or newer: the tested version) or Docker for this profile",
+			"or a profile without an allowlist here (-p open, or -p offline)")
+	}
 	return pass(engineReason(c.info))
 }
 
