@@ -47,7 +47,9 @@ func TestDockerContext(t *testing.T) {
 		s.Env = append(slices.Clone(base), "DOCKER_CONTEXT=private")
 		l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
 		l.waitStdout(t, "ready", 2*time.Minute)
-		out, err := e.Docker("ps", "-q", "--filter", label)
+		// All states: the engine may list the container as created for a
+		// moment after its process has started (and said ready).
+		out, err := e.Docker("ps", "-aq", "--filter", label)
 		if err != nil {
 			t.Fatal(err)
 		}
