@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"errors"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,6 +48,32 @@ func TestPodmanAllowlistFenced(t *testing.T) {
 	}
 	if f := strings.Fields(out); len(f) < 3 || !strings.HasPrefix(f[0], "container:") || strings.Contains(out, "NET_ADMIN") || f[len(f)-1] != "false" {
 		t.Errorf("the agent's network mode, added capabilities and privilege: %s", out)
+	}
+	// The attack: the host's address on the sandbox network (its bridge's),
+	// where Podman's resolver listens too, and any other address there but
+	// the gateway's. The fence drops a packet as it leaves the sandbox's
+	// namespace, which the kernel tells the sender of a datagram at once:
+	// "operation not permitted". So the test sees that it is the fence that
+	// stops it, whatever the host's own firewall would do after it
+	// (e2e/podman-setup.sh's rejects what reaches the host from a sandbox
+	// network, and so cannot show the fence). TCP is dropped alike
+	// (TestAllowlist's bypass/ subtests, which run on Podman too).
+	subnet, err := docker("network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}}{{end}}", sandboxNetwork(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridge := netip.MustParsePrefix(strings.TrimSpace(subnet)).Masked().Addr().Next()
+	ln, err := net.ListenPacket("udp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.LocalAddr().(*net.UDPAddr).Port)
+	for _, target := range []string{bridge.String() + ":" + port, bridge.String() + ":53", bridge.Next().Next().Next().String() + ":9"} {
+		out, _ := docker("exec", strings.TrimSpace(agent), "/probe", "udp", "--timeout=2s", target, "fence")
+		if !strings.Contains(out, "operation not permitted") {
+			t.Errorf("a datagram to %s from the sandbox was not stopped by its fence:\n%s", target, out)
+		}
 	}
 	l.signal(t, syscall.SIGTERM)
 	l.wait(t, time.Minute)
