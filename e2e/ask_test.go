@@ -380,7 +380,8 @@ func waitHeld(t *testing.T, s *sandbox, n int) {
 	gw := gatewayContainer(t, s)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, _ := docker("run", "--rm", "--network", "container:"+gw, "debian:bookworm-slim", "cat", "/proc/net/tcp")
+		// The sandbox's image (the test's, on every engine it runs on).
+		out, _ := docker("run", "--rm", "--network", "container:"+gw, agentImage, "cat", "/proc/net/tcp")
 		held := 0
 		for _, line := range strings.Split(out, "\n") {
 			f := strings.Fields(line)

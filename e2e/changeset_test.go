@@ -25,8 +25,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // seed is the workspace every changeset test starts from.
@@ -743,9 +741,6 @@ func TestChangesetAllowlist(t *testing.T) {
 	for _, mode := range changesetModes {
 		t.Run(mode, func(t *testing.T) {
 			s := changesetSandbox(t, mode)
-			if testenv.EnginePodman(t) {
-				t.Skip("network.mode allowlist does not run on Podman")
-			}
 			p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
 			id := runChangeset(t, s, p, nil, "write new.txt n\n", "rm deleted.txt")
 			stat := cli(t, s, "diff", "--stat", id).Stdout

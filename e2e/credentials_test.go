@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/propio/propio-sandbox/internal/testenv"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -75,19 +74,11 @@ func TestSSHAgentForwarding(t *testing.T) {
 	s := newSandbox(t)
 	requireAgentImage(t)
 	priv, sshPub := testKey(t)
-	// On Docker the sandbox goes through an allowlist gateway; Podman runs
-	// no allowlist, so there it shares the default network with the server.
-	podman := testenv.EnginePodman(t)
-	var srv *sshServer
+	// The sandbox goes through an allowlist gateway, on Docker and Podman.
 	host, netYAML := sshServerAlias, "network:\n  mode: allowlist\n  allow: [\""+sshServerAlias+":22\"]\n"
-	if podman {
-		srv = startSSHServer(t, "bridge", sshPub)
-		host, netYAML = srv.IP, "network: {mode: open}\n"
-	} else {
-		in := newInternet(t)
-		srv = startSSHServer(t, in.Network, sshPub)
-		s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
-	}
+	in := newInternet(t)
+	srv := startSSHServer(t, in.Network, sshPub)
+	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
 	if err := os.MkdirAll(filepath.Join(s.Home, ".ssh"), 0o700); err != nil {
 		t.Fatal(err)
 	}

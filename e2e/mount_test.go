@@ -16,7 +16,6 @@ import (
 	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/profile"
 	launch "github.com/propio/propio-sandbox/internal/sandbox"
-	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestMountRequest carries out mount requests for a running sandbox, as its
@@ -30,9 +29,6 @@ func TestMountRequest(t *testing.T) {
 	for _, mode := range []string{"none", "open", "allowlist"} {
 		t.Run(mode, func(t *testing.T) {
 			s := newSandbox(t)
-			if mode == "allowlist" && testenv.EnginePodman(t) {
-				t.Skip("allowlist does not run on Podman")
-			}
 			data := filepath.Join(s.Home, "data")
 			writeFiles(t, data, map[string]string{"a.txt": "hello from the host", "sub/b.txt": "below", "old.txt": "deleted later"})
 			writeFiles(t, filepath.Join(s.Home, ".ssh"), map[string]string{"id_ed25519": "PRIVATE KEY"})

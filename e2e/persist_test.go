@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/propio/propio-sandbox/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -504,9 +503,6 @@ func TestPersistentUpInterrupted(t *testing.T) {
 func TestPersistentAllowlist(t *testing.T) {
 	t.Parallel()
 	requireEngine(t)
-	if testenv.EnginePodman(t) {
-		t.Skip("network.mode allowlist does not run on Podman yet")
-	}
 	s := newSandbox(t)
 	in := newInternet(t)
 	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)

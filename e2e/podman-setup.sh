@@ -61,6 +61,14 @@ fi
 # 1. Packages.
 if command -v podman >/dev/null 2>&1; then
 	say "podman is installed: $(podman --version)"
+	# Its init (a sandbox runs with init: true) may be missing from an
+	# install made without it.
+	if [ ! -x /usr/libexec/podman/catatonit ] && command -v apt-get >/dev/null 2>&1; then
+		say "installing catatonit, Podman's init (apt-get)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends catatonit >/dev/null 2>&1 ||
+			{ apt-get update >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends catatonit >/dev/null 2>&1; } ||
+			die "apt-get install catatonit failed"
+	fi
 else
 	command -v apt-get >/dev/null 2>&1 || die "podman is missing and there is no apt-get to install it"
 	say "installing podman (apt-get)"

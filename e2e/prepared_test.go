@@ -20,7 +20,7 @@ import (
 func TestPreparedGateway(t *testing.T) {
 	s := newSandbox(t)
 	if testenv.EnginePodman(t) {
-		t.Skip("allowlist does not run on Podman")
+		t.Skip("no gateway is prepared ahead on Podman: its internal networks do not keep the host out, and a fenced sandbox's namespace is made with its run")
 	}
 	s.uniqueWorkspace()
 	s.Prepared()
@@ -100,7 +100,7 @@ func TestPreparedGateway(t *testing.T) {
 func TestPreparedAdopterKilled(t *testing.T) {
 	s := newSandbox(t)
 	if testenv.EnginePodman(t) {
-		t.Skip("allowlist does not run on Podman")
+		t.Skip("no gateway is prepared ahead on Podman: its internal networks do not keep the host out, and a fenced sandbox's namespace is made with its run")
 	}
 	s.uniqueWorkspace()
 	s.Prepared()
@@ -134,7 +134,7 @@ func TestPreparedAdopterKilled(t *testing.T) {
 func TestPreparedOff(t *testing.T) {
 	s := newSandbox(t)
 	if testenv.EnginePodman(t) {
-		t.Skip("allowlist does not run on Podman")
+		t.Skip("no gateway is prepared ahead on Podman: its internal networks do not keep the host out, and a fenced sandbox's namespace is made with its run")
 	}
 	s.uniqueWorkspace()
 	s.Prepared()

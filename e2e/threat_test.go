@@ -15,8 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestThreatModelBuiltins runs one attack script in each built-in profile.
@@ -30,9 +28,6 @@ func TestThreatModelBuiltins(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := newSandbox(t)
-			if (name == "strict" || name == "standard") && testenv.EnginePodman(t) {
-				t.Skip("network.mode allowlist does not run on Podman yet (run refuses it, saying why)")
-			}
 			gitRepo(t, s)
 			mark, payload := marker(t)
 			const secret = "e2e-threat-secret"

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
@@ -20,6 +21,10 @@ import (
 const (
 	// GatewayService is the name of the gateway's service.
 	GatewayService = "gateway"
+	// NetnsService holds the agent's network namespace, fenced in to
+	// loopback and the gateway, on an engine whose internal networks do not
+	// keep the host out (EngineFacts.FencedNetns).
+	NetnsService = "netns"
 	// SandboxNetwork is the internal network the agent and gateway share.
 	SandboxNetwork = "sandbox"
 	// OutsideNetwork is the network through which the gateway reaches out.
@@ -232,6 +237,13 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		agent.Volumes = append(agent.Volumes, bind(filepath.Join(h.ResolvDir, ResolvConfName(gw)), "/etc/resolv.conf", true))
 	}
 	agent.DependsOn = types.DependsOnConfig{GatewayService: {Condition: types.ServiceConditionStarted, Required: true}}
+	if h.Engine.FencedNetns {
+		var virtual netip.Prefix
+		if kernelForwarding(p, h) {
+			virtual = VirtualRange(subnet)
+		}
+		fenceIn(project, p, h, image, gw, virtual, agent)
+	}
 	proxy := "http://" + gw.String() + ":" + strconv.Itoa(ProxyPort)
 	socks := "socks5h://" + gw.String() + ":" + strconv.Itoa(SOCKSPort)
 	noProxy := "localhost,127.0.0.1,::1"
@@ -242,6 +254,61 @@ func allowlist(project *types.Project, p *profile.Profile, h Host, o Options, ag
 		agent.Environment[k] = ptr(v)
 	}
 	return &ExtensionGateway{Image: image, Subnet: subnet, Log: decisionlog.FileName(o.Project), Broker: brokered}, nil
+}
+
+// fenceIn puts the agent in the network namespace of a container of its
+// own on the sandbox network, which fences it in to loopback and the
+// gateway (its address, and its virtual addresses when its kernel
+// forwards) (the netns-fence subcommand of the gateway's image) before the
+// launcher lets the agent join it: on an engine whose internal networks
+// give the host an address and a resolver, these are the only ways out
+// the sandbox has, as on Docker's internal network. The container holds
+// the namespace, as root with CAP_NET_ADMIN there alone, read-only, without
+// new privileges; the agent joins its namespace, not its capabilities or
+// processes.
+func fenceIn(project *types.Project, p *profile.Profile, h Host, image string, gw netip.Addr, virtual netip.Prefix, agent *types.ServiceConfig) {
+	n := types.ServiceConfig{Name: NetnsService}
+	n.Image = image
+	n.PullPolicy = types.PullPolicyNever
+	n.Command = []string{"netns-fence", "--gateway", gw.String()}
+	if virtual.IsValid() {
+		// The gateway's virtual addresses, which its kernel forwards.
+		n.Command = append(n.Command, "--virtual", virtual.String())
+	}
+	n.User = "0:0"
+	n.CapDrop = []string{"ALL"}
+	n.CapAdd = []string{"NET_ADMIN"}
+	n.SecurityOpt = []string{"no-new-privileges:true"}
+	n.ReadOnly = true
+	// Room for the check the launcher execs in it too.
+	n.MemLimit = types.UnitBytes(128 << 20)
+	n.PidsLimit = 50
+	n.Networks = agent.Networks
+	n.DNS = agent.DNS
+	// The agent's name for itself, on its own network namespace.
+	n.Hostname = agent.Hostname
+	n.Labels = types.Labels{LabelProfile: profileLabel(p), LabelWorkspace: h.Workspace}
+	// Ports of the namespace are published from its holder.
+	n.Ports, agent.Ports = agent.Ports, nil
+	n.Environment = types.MappingWithEquals{"GIT_DISCOVERY_ACROSS_FILESYSTEM": ptr("1")}
+	project.Services[NetnsService] = n
+	agent.Networks = nil
+	agent.DNS = nil
+	agent.Hostname = ""
+	agent.ExtraHosts = nil
+	agent.NetworkMode = "service:" + NetnsService
+	agent.DependsOn[NetnsService] = types.ServiceDependency{Condition: types.ServiceConditionStarted, Required: true}
+}
+
+// FenceWait bounds the wait for a netns service's fence, from its start.
+const FenceWait = 15 * time.Second
+
+// FenceCheck is the command that, run in the netns service n's container,
+// exits 0 once its namespace is fenced in (waiting up to FenceWait), and
+// non-zero, saying why, when it is not: binary is the entrypoint of the
+// gateway's image, which the service runs.
+func FenceCheck(n types.ServiceConfig, binary string) []string {
+	return append(append([]string{binary}, n.Command...), "--check", "--wait", FenceWait.String())
 }
 
 // AskDir is the ask directory of project under base (Host.AskDir): the

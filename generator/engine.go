@@ -31,6 +31,11 @@ type EngineFacts struct {
 	// NET_ADMIN in its own network namespace): Podman, whose keep-id
 	// mapping comes only with it, and which refuses allowlists anyway.
 	UserSpaceGateway bool
+	// FencedNetns: the engine's internal networks do not keep the host out
+	// (Podman gives the host an address on each, and serves DNS there), so
+	// an allowlist sandbox joins a network namespace held by a container of
+	// its own (NetnsService) that fences it in to loopback and the gateway.
+	FencedNetns bool
 }
 
 // tmpfs says tmpfs options (Docker's words) in the engine's words.

@@ -457,6 +457,59 @@ func TestAllowlistJoin(t *testing.T) {
 	}
 }
 
+// TestAllowlistFencedNetns: on an engine whose internal networks do not
+// keep the host out (Podman), the agent joins the network namespace of a
+// container of its own on the sandbox network alone, which fences it in
+// with CAP_NET_ADMIN and nothing else; the agent has no network, DNS or
+// port of its own (the namespace's are its holder's).
+func TestAllowlistFencedNetns(t *testing.T) {
+	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	h.Engine = generator.EngineFacts{TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true, FencedNetns: true} // rootful Podman's
+	subnet := netip.MustParsePrefix("198.19.3.0/24")
+	proj, err := generator.Generate(p, h, generator.Options{Project: project, GatewayImage: "propio-sandbox/gateway:0123", Subnet: subnet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := proj.Services[generator.Service]
+	if agent.NetworkMode != "service:"+generator.NetnsService || len(agent.Networks) != 0 || len(agent.DNS) != 0 || len(agent.Ports) != 0 {
+		t.Errorf("agent: network_mode %q, networks %v, dns %v, ports %v; want only the netns service's namespace", agent.NetworkMode, agent.Networks, agent.DNS, agent.Ports)
+	}
+	if _, ok := agent.DependsOn[generator.NetnsService]; !ok {
+		t.Errorf("agent depends on %v, want the netns service among them", agent.DependsOn)
+	}
+	n, ok := proj.Services[generator.NetnsService]
+	if !ok {
+		t.Fatal("no netns service")
+	}
+	if want := []string{"netns-fence", "--gateway", "198.19.3.2"}; !slices.Equal(n.Command, want) || n.Image != "propio-sandbox/gateway:0123" {
+		t.Errorf("netns: image %s, command %q; want the gateway's image, %q", n.Image, n.Command, want)
+	}
+	if _, onSandbox := n.Networks[generator.SandboxNetwork]; len(n.Networks) != 1 || !onSandbox {
+		t.Errorf("netns networks = %v, want only the sandbox network", n.Networks)
+	}
+	if !slices.Equal(n.CapDrop, []string{"ALL"}) || !slices.Equal(n.CapAdd, []string{"NET_ADMIN"}) || !n.ReadOnly || !slices.Contains(n.SecurityOpt, "no-new-privileges:true") || n.Privileged {
+		t.Errorf("netns: cap_drop %v cap_add %v read_only %v security_opt %v privileged %v", n.CapDrop, n.CapAdd, n.ReadOnly, n.SecurityOpt, n.Privileged)
+	}
+	if !slices.Equal(n.DNS, types.StringList{"198.19.3.2"}) {
+		t.Errorf("netns dns = %v, want the gateway's", n.DNS)
+	}
+	if _, err := generator.Render(proj); err != nil {
+		t.Errorf("render: %v", err)
+	}
+	h.Engine.FencedNetns = false
+	proj, err = generator.Generate(p, h, generator.Options{Project: project, Subnet: subnet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := proj.Services[generator.NetnsService]; ok {
+		t.Error("a netns service where internal networks keep the host out")
+	}
+}
+
 func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 	p, err := profile.Locations{}.Load("strict")
 	if err != nil {

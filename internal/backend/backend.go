@@ -492,6 +492,13 @@ func SameHost(host string) bool {
 
 // Info is what the engine says about itself that preflight checks need.
 type Info struct {
+	// Kind is the engine: Docker or Podman; Version its version, as it
+	// says.
+	Kind, Version string
+	// Host is the address the engine is reached at; Context the Docker
+	// context that named it ("" for none) and ContextFrom what chose that
+	// context (--context, DOCKER_CONTEXT, or the docker CLI's config file).
+	Host, Context, ContextFrom string
 	// Arch is the engine's CPU architecture in image terms (amd64, arm64).
 	Arch string
 	// DataDir is where the engine keeps its images and containers
@@ -504,7 +511,7 @@ type Info struct {
 	// Storage is how the engine keeps writable layers.
 	Storage Storage
 	// Rootless: the engine says it runs as an unprivileged user (rootless
-	// Docker; Podman's compatible info does not say, Engine.Rootless does).
+	// Docker; Podman says so in its own info, not in the compatible one).
 	Rootless bool
 	// DockerDesktop: the engine is Docker Desktop's.
 	DockerDesktop bool

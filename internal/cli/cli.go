@@ -49,6 +49,38 @@ type app struct {
 	stdout, stderr io.Writer
 	profile        string // -p
 	engine         string // --engine
+	context        string // --context
+}
+
+// engineWant is the engine --engine and --context ask for: a Docker
+// context's (--context beats DOCKER_HOST, as the docker CLI's flag does),
+// else --engine's; "" when neither says (the profile's engine, else auto).
+func (a *app) engineWant() string {
+	if a.context != "" {
+		return sandbox.WithContext(a.context)
+	}
+	return a.engine
+}
+
+// engineArgs pass --engine and --context on to a command of ours that
+// carries on the launch (supervise).
+func (a *app) engineArgs() []string {
+	var args []string
+	if a.engine != "" {
+		args = append(args, "--engine", a.engine)
+	}
+	if a.context != "" {
+		args = append(args, "--context", a.context)
+	}
+	return args
+}
+
+// checkEngineFlags refuses --context with an engine that has no contexts.
+func (a *app) checkEngineFlags(*cobra.Command, []string) error {
+	if a.context != "" && a.engine != "" && a.engine != sandbox.Auto && a.engine != sandbox.Docker {
+		return usageError{fmt.Errorf("--context %s names a Docker context, and --engine %s is not Docker", a.context, a.engine)}
+	}
+	return nil
 }
 
 func newRoot(a *app) *cobra.Command {
@@ -73,6 +105,8 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 	}
 	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
 	root.PersistentFlags().StringVar(&a.engine, "engine", "", "container `ENGINE`: auto, docker or podman (default: the profile's engine, else auto)")
+	root.PersistentFlags().StringVar(&a.context, "context", "", "Docker `CONTEXT` to run on, as docker --context (default: DOCKER_HOST, else DOCKER_CONTEXT, else the docker CLI's current context)")
+	root.PersistentPreRunE = a.checkEngineFlags
 	rootRun.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
@@ -89,7 +123,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		newSchema(a),
 		newInit(a),
 		newTrust(a),
-		newGateway(a), newPortRelay(a),
+		newGateway(a), newPortRelay(a), newNetFence(a),
 		newLogs(a),
 		newRequests(a), newAllow(a), newDeny(a),
 		newGrants(a),

@@ -114,9 +114,7 @@ func (a *app) start(want string) error {
 		return persistHint(&sandbox.NotRunningError{Name: rec.Name, State: rec.State, Why: rec.Why})
 	}
 	args := []string{"supervise", "--start", rec.Name}
-	if a.engine != "" {
-		args = append(args, "--engine", a.engine)
-	}
+	args = append(args, a.engineArgs()...)
 	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

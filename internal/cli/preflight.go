@@ -10,7 +10,7 @@ import (
 // them; the engine they reach is kept in its Conn.
 func (a *app) preflight(e env, p *profile.Profile, build bool) *sandbox.Preflight {
 	return &sandbox.Preflight{
-		Env: e.sandbox(), Profile: p, Ref: a.profile, Engine: a.engine, Build: build,
+		Env: e.sandbox(), Profile: p, Ref: a.profile, Engine: a.engineWant(), Build: build,
 		Streams: a.streams(),
 		Hint:    func(err error) error { return hintError(err, nil, "") },
 	}

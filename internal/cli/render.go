@@ -99,6 +99,10 @@ func (a *app) renderProject(e env, p *profile.Profile, command []string) (*types
 		reporter{a.stderr}.Warn(w)
 	}
 	// Podman's options differ; render shows them when the engine is named.
-	facts := func(h *generator.Host) { h.Engine = sandbox.EngineFactsOf(cmp.Or(a.engine, p.Engine)) }
+	kind := cmp.Or(a.engine, p.Engine)
+	if a.context != "" {
+		kind = sandbox.Docker // a Docker context's engine, whatever the profile says
+	}
+	facts := func(h *generator.Host) { h.Engine = sandbox.EngineFactsOf(kind) }
 	return plan.Generate(o, facts)
 }

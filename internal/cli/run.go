@@ -99,7 +99,7 @@ func (a *app) launch(cmd *cobra.Command, args []string, f runFlags) (*sandbox.La
 		}
 	}
 	return &sandbox.Launch{
-		Env: e.sandbox(), Profile: p, Ref: a.profile, Engine: a.engine,
+		Env: e.sandbox(), Profile: p, Ref: a.profile, Engine: a.engineWant(),
 		Command: command, Build: f.build, Skip: f.skip, Resume: f.resume,
 		Streams: a.streams(),
 		TTY:     isTerminal(a.stdin) && isTerminal(a.stdout),
@@ -175,7 +175,7 @@ func (a *app) withEngine(fn func(context.Context, *sandbox.Conn) error) error {
 // withEngineOf is withEngine for a profile that names an engine (--engine
 // still wins).
 func (a *app) withEngineOf(want string, fn func(context.Context, *sandbox.Conn) error) error {
-	err := sandbox.With(cmp.Or(a.engine, want), a.streams(), fn)
+	err := sandbox.With(cmp.Or(a.engineWant(), want), a.streams(), fn)
 	return hintError(err, nil, "")
 }
 

@@ -83,7 +83,7 @@ func (a *app) supervisorLaunch(cmd *cobra.Command, f superviseFlags) (*sandbox.L
 		return nil, err
 	}
 	return &sandbox.Launch{
-		Env: e.sandbox(), Profile: p, Ref: rec.Ref, Engine: a.engine,
+		Env: e.sandbox(), Profile: p, Ref: rec.Ref, Engine: a.engineWant(),
 		Streams: a.streams(), Report: reporter{a.stderr},
 		Hint: func(err error) error { return hintError(err, nil, "") },
 		Keep: &sandbox.Keep{Record: &rec, Log: rec.Log},

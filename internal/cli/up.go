@@ -138,9 +138,7 @@ func (a *app) superviseArgs(f upFlags, id, log string) []string {
 	if a.profile != "" {
 		args = append(args, "-p", a.profile)
 	}
-	if a.engine != "" {
-		args = append(args, "--engine", a.engine)
-	}
+	args = append(args, a.engineArgs()...)
 	if f.name != "" {
 		args = append(args, "--name", f.name)
 	}

@@ -59,6 +59,9 @@ type Streams struct {
 // Engine is a connection to one engine, with a Compose service on it.
 type Engine struct {
 	Host string
+	// Context is the Docker context Host is that of ("" for none), and
+	// ContextFrom what chose it (see Location).
+	Context, ContextFrom string
 	// Kind is Docker or Podman, as the engine itself says.
 	Kind string
 	// Rootless: a Podman running as an unprivileged user.
@@ -89,7 +92,25 @@ func init() { logrus.SetOutput(io.Discard) }
 // Connect reaches the engine at host and checks that it can run sandboxes.
 // Its errors wrap ErrEngineMissing, ErrEngineNotRunning, ErrPermission or
 // ErrEngineTooOld when that is what went wrong.
+//
+// A host that is not a unix socket and that a Docker context of the docker
+// CLI's configuration ($DOCKER_CONFIG) has as its endpoint is reached as
+// that context says (its TLS material, ssh), unless DOCKER_CERT_PATH says
+// how: a process carrying on a launch's work is given its host alone.
 func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
+	loc := Location{Host: host}
+	if os.Getenv("DOCKER_CERT_PATH") == "" {
+		if ep, ok := contextOf(configDir(os.Getenv), host); ok {
+			loc = ep.location()
+		}
+	}
+	return ConnectTo(ctx, loc, s)
+}
+
+// ConnectTo is Connect to the engine Locate found, through its context's
+// endpoint (TLS, ssh) when it has one.
+func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
+	host := loc.Host
 	kind, known, apiVersion := "", false, ""
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
 		h, err := probeSocket(ctx, path)
@@ -100,6 +121,10 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 		apiVersion = h.Get("Api-Version")
 	}
 	opts := []client.Opt{client.FromEnv, client.WithHost(host)}
+	if loc.opts != nil {
+		// A context's endpoint: its own host and TLS, not DOCKER_CERT_PATH's.
+		opts = loc.opts
+	}
 	if apiVersion != "" {
 		// Known from the socket's ping: no second one to negotiate it.
 		opts = append(opts, client.WithAPIVersion(lowerVersion(apiVersion, client.MaxAPIVersion)))
@@ -139,7 +164,7 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
-	e := &Engine{Host: host, Kind: Docker, cli: cli, api: api, compose: svc}
+	e := &Engine{Host: host, Context: loc.Context, ContextFrom: loc.ContextFrom, Kind: Docker, cli: cli, api: api, compose: svc}
 	if known {
 		e.Kind = kind
 	} else if err := e.identify(pctx); err != nil {

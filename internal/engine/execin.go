@@ -60,7 +60,11 @@ var (
 // (which starts it), and, once its output has ended, inspect for its exit
 // code, which it returns (above zero is no error).
 func ExecIn(ctx context.Context, t ExecTarget, o ExecIO) (int, error) {
-	c, err := client.New(client.WithHost(t.Host), client.WithAPIVersion(t.APIVersion))
+	opts := []client.Opt{client.WithHost(t.Host)}
+	if ep, ok := contextOf(configDir(os.Getenv), t.Host); ok && os.Getenv("DOCKER_CERT_PATH") == "" {
+		opts = ep.opts // the context's TLS material, or its ssh connection, as Connect
+	}
+	c, err := client.New(append(opts, client.WithAPIVersion(t.APIVersion))...)
 	if err != nil {
 		return 0, fmt.Errorf("connecting to %s: %w", t.Host, err)
 	}

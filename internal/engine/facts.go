@@ -14,13 +14,14 @@ func FactsOf(kind string, rootless bool) backend.Facts {
 		return backend.Facts{Kind: Docker, Rootless: rootless, InternalNetworks: true}
 	}
 	return backend.Facts{
-		Kind:             Podman,
-		Rootless:         rootless,
-		TmpfsU:           true,
-		TmpfsCopyUp:      true,
-		NamesHost:        true,
-		KeepID:           rootless,
-		UserSpaceGateway: true,
+		Kind:        Podman,
+		Rootless:    rootless,
+		TmpfsU:      true,
+		TmpfsCopyUp: true,
+		NamesHost:   true,
+		KeepID:      rootless,
+		// keep-id comes only with a gateway relaying in user space.
+		UserSpaceGateway: rootless,
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 
 func TestFactsOf(t *testing.T) {
 	t.Parallel()
-	podman := backend.Facts{Kind: engine.Podman, TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, UserSpaceGateway: true}
+	podman := backend.Facts{Kind: engine.Podman, TmpfsU: true, TmpfsCopyUp: true, NamesHost: true}
 	rootless := podman
-	rootless.Rootless, rootless.KeepID = true, true
+	rootless.Rootless, rootless.KeepID, rootless.UserSpaceGateway = true, true, true
 	for name, tc := range map[string]struct {
 		kind     string
 		rootless bool

@@ -21,6 +21,11 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 		return Info{}, fmt.Errorf("reading the engine's info: %w", err)
 	}
 	in := Info{
+		Kind:           e.Kind,
+		Version:        res.Info.ServerVersion,
+		Host:           e.Host,
+		Context:        e.Context,
+		ContextFrom:    e.ContextFrom,
 		Arch:           NormalizeArch(res.Info.Architecture),
 		DataDir:        res.Info.DockerRootDir,
 		DefaultRuntime: res.Info.DefaultRuntime,
@@ -34,6 +39,8 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 			in.Rootless = true
 		}
 	}
+	// Podman's compatible info does not say it runs rootless; its own did.
+	in.Rootless = in.Rootless || e.Rootless
 	in.DockerDesktop = strings.Contains(res.Info.OperatingSystem, "Docker Desktop")
 	in.Storage = storageOf(res.Info, e.Kind, e.Host)
 	e.infoMu.Lock()

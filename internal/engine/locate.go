@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/moby/client"
 )
 
 // Engine kinds, as a profile's engine field and --engine name them.
@@ -22,32 +25,59 @@ const (
 
 // Location is where the engine of a launch listens.
 type Location struct {
-	Host string // unix:///... (or what DOCKER_HOST says)
+	Host string // unix:///... (or what DOCKER_HOST or a context says)
 	Kind string // Docker or Podman: asked for, or found
+	// Context is the Docker context the host is that of; "" for none (the
+	// default context). ContextFrom says what chose it: --context,
+	// DOCKER_CONTEXT, or the config file that names it current.
+	Context, ContextFrom string
 	// Stop ends the `podman system service` started for this launch; nil
 	// when none was started.
 	Stop func() error
+	// opts reach a context's endpoint that a host alone does not (TLS,
+	// ssh).
+	opts []client.Opt
 }
 
 // serviceTimeout bounds the wait for a Podman API service to answer.
 const serviceTimeout = 15 * time.Second
 
-// Locate finds the engine: want is Docker, Podman or Auto (or empty).
+// Locate finds the engine: want is Docker, Podman or Auto (or empty), or a
+// Docker context's name after WithContext.
 //
-//   - docker: DOCKER_HOST, else the default socket.
+//   - docker: as the docker CLI chooses (see resolveDocker): DOCKER_HOST,
+//     else DOCKER_CONTEXT, else the current context of the docker CLI's
+//     config file, else the default socket.
+//   - a context (--context): that context's endpoint, whatever DOCKER_HOST
+//     says, as the docker CLI's --context does.
 //   - podman: CONTAINER_HOST (when it is unix://), else Podman's socket
 //     (/run/podman/podman.sock as root, $XDG_RUNTIME_DIR/podman/podman.sock
 //     otherwise); when nothing listens there and podman is installed, a
 //     `podman system service` is started for the launch, on a socket of its
 //     own, and Stop ends it.
-//   - auto: DOCKER_HOST when it is set; else Docker's socket when something
-//     listens on it; else Podman's, as above, when podman is installed;
-//     else Docker's default (whose absence Connect explains).
+//   - auto: what docker chooses when DOCKER_HOST or a context names it;
+//     else Docker's socket when something listens on it; else Podman's, as
+//     above, when podman is installed; else Docker's default (whose absence
+//     Connect explains).
 func Locate(ctx context.Context, want string, getenv func(string) string) (Location, error) {
+	if name, ok := strings.CutPrefix(want, contextPrefix); ok {
+		if name == "" {
+			return Location{}, errors.New("--context names no context")
+		}
+		ep, _, err := resolveDocker(name, getenv)
+		if err != nil {
+			return Location{}, err
+		}
+		return ep.location(), nil
+	}
 	switch want {
 	case "", Auto:
-		if h := getenv("DOCKER_HOST"); h != "" {
-			return Location{Host: h, Kind: Docker}, nil
+		ep, found, err := resolveDocker("", getenv)
+		if err != nil {
+			return Location{}, err
+		}
+		if found {
+			return ep.location(), nil
 		}
 		if listening(strings.TrimPrefix(DefaultHost, "unix://")) {
 			return Location{Host: DefaultHost, Kind: Docker}, nil
@@ -57,19 +87,24 @@ func Locate(ctx context.Context, want string, getenv func(string) string) (Locat
 		}
 		return Location{Host: DefaultHost, Kind: Docker}, nil
 	case Docker:
-		if h := getenv("DOCKER_HOST"); h != "" {
-			return Location{Host: h, Kind: Docker}, nil
+		ep, _, err := resolveDocker("", getenv)
+		if err != nil {
+			return Location{}, err
 		}
-		return Location{Host: DefaultHost, Kind: Docker}, nil
+		return ep.location(), nil
 	case Podman:
 		return locatePodman(ctx, getenv)
 	}
 	return Location{}, fmt.Errorf("engine %q: want auto, docker or podman", want)
 }
 
+func (ep dockerEndpoint) location() Location {
+	return Location{Host: ep.Host, Kind: Docker, Context: ep.Context, ContextFrom: ep.From, opts: ep.opts}
+}
+
 // Sockets lists the paths where an engine's API socket is, or may be, for
 // this user: DOCKER_HOST's and CONTAINER_HOST's when they name a unix
-// socket, then Docker's, rootless Docker's, Podman's (rootful and rootless),
+// socket, then Docker's, those of the docker CLI's contexts, rootless Docker's, Podman's (rootful and rootless),
 // containerd's, and those of Docker Desktop, Colima and Rancher Desktop in
 // home. A sandbox given any of them controls the engine, and so the host.
 // The socket a launch actually reached is not always among them (a Podman
@@ -87,6 +122,11 @@ func Sockets(getenv func(string) string, home string) []string {
 		}
 	}
 	add(strings.TrimPrefix(DefaultHost, "unix://"))
+	for _, h := range contextHosts(configDir(getenv)) {
+		if path, ok := strings.CutPrefix(h, "unix://"); ok {
+			add(path)
+		}
+	}
 	add("/var/run/docker.sock")
 	add("/run/docker.sock")
 	if dir := getenv("XDG_RUNTIME_DIR"); dir != "" {

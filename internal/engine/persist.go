@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/docker/compose/v5/pkg/api"
@@ -11,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 )
 
 // What a persistent sandbox's supervisor asks of the engine besides a
@@ -125,13 +127,38 @@ func (e *Engine) Start(ctx context.Context, project *types.Project) error {
 	if _, ok := project.Services[generator.Service]; ok && len(agent) == 0 {
 		return fmt.Errorf("%s has no %s container to start", project.Name, generator.Service)
 	}
-	for _, c := range append(first, agent...) {
+	for i, c := range append(first, agent...) {
+		if i == len(first) {
+			// The agent's namespace is fenced in again before it joins it.
+			if err := e.fenced(ctx, project); err != nil {
+				return err
+			}
+		}
 		if c.State == container.StateRunning {
 			continue
 		}
 		if _, err := e.cli.Client().ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 			return e.goneOr(fmt.Errorf("starting %s's %s: %w", project.Name, c.Labels[api.ServiceLabel], err))
 		}
+	}
+	return nil
+}
+
+// fenced has the holder of the agent's network namespace, when the project
+// has one (generator.NetnsService), say that it has fenced it in (waiting
+// for it a bounded time): an error when it has not.
+func (e *Engine) fenced(ctx context.Context, project *types.Project) error {
+	n, ok := project.Services[generator.NetnsService]
+	if !ok {
+		return nil
+	}
+	var out strings.Builder
+	code, err := e.Exec(ctx, project.Name, backend.ExecSpec{Service: generator.NetnsService, Command: generator.FenceCheck(n, gatewayimage.Binary), Streams: backend.Streams{Out: &out, Err: &out}})
+	switch {
+	case err != nil:
+		return fmt.Errorf("checking the fence of %s's network namespace: %w", project.Name, err)
+	case code != 0:
+		return fmt.Errorf("%s's network namespace is not fenced in (exit %d): %s", project.Name, code, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
@@ -41,9 +42,25 @@ func (e *Engine) removeBy(ctx context.Context, by client.Filters) error {
 		if image == "" {
 			image = ctr.Image
 		}
-		if _, err := c.ContainerRemove(ctx, ctr.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !gone(err) {
-			errs = append(errs, fmt.Errorf("removing container %s: %w", ctr.ID[:12], err))
+	}
+	// In passes: Podman refuses to remove a container that others joined
+	// the network namespace of (a fenced sandbox's holder) before they are
+	// gone, and its list does not say which joined which.
+	left := containers.Items
+	for len(left) > 0 {
+		var failed []container.Summary
+		var failures []error
+		for _, ctr := range left {
+			if _, err := c.ContainerRemove(ctx, ctr.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !gone(err) {
+				failed = append(failed, ctr)
+				failures = append(failures, fmt.Errorf("removing container %s: %w", ctr.ID[:12], err))
+			}
 		}
+		if len(failed) == len(left) {
+			errs = append(errs, failures...)
+			break
+		}
+		left = failed
 	}
 	// AutoRemove may still be removing the container; the network cannot go
 	// before it does.

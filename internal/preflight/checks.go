@@ -422,7 +422,29 @@ func (c *checker) engine(ctx context.Context) Result {
 	if c.infoErr != nil {
 		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
 	}
-	return pass(fmt.Sprintf("reachable, %s", c.info.Arch))
+	if c.Profile.Network.Mode == "allowlist" && c.info.Kind == "podman" && c.info.Rootless {
+		return fail(engineReason(c.info)+"; network.mode allowlist does not run on rootless Podman yet (the fence that keeps its sandbox off the host's address on the sandbox network is made as root)",
+			"use rootful Podman (4.3.1 or newer: the tested version) or Docker for this profile",
+			"or a profile without an allowlist here (-p open, or -p offline)")
+	}
+	return pass(engineReason(c.info))
+}
+
+// engineReason says which engine answered, where, through which Docker
+// context, and its architecture: "Docker 26.1.5 at unix:///var/run/docker.sock
+// (context desktop, from DOCKER_CONTEXT), amd64".
+func engineReason(in backend.Info) string {
+	what := strings.TrimSpace(cmp.Or(in.Kind, "engine") + " " + in.Version)
+	if in.Host != "" {
+		what += " at " + in.Host
+	}
+	switch {
+	case in.Context != "" && in.ContextFrom != "":
+		what += fmt.Sprintf(" (context %q, from %s)", in.Context, in.ContextFrom)
+	case in.Context != "":
+		what += fmt.Sprintf(" (context %q)", in.Context)
+	}
+	return "reachable: " + what + ", " + in.Arch
 }
 
 func (c *checker) image(ctx context.Context) Result {

@@ -182,6 +182,21 @@ func TestChecks(t *testing.T) {
 		{name: "port taken", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8080\"]\n", adjust: func(in *preflight.Inputs) { in.Listen = occupied }, reason: "127.0.0.1:8080/tcp (address already in use)", hint: "another host port"},
 
 		{name: "engine ok", check: preflight.Engine, ok: true, reason: "reachable"},
+		{name: "engine names itself", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.info.Kind, e.info.Version, e.info.Host, e.info.Context, e.info.ContextFrom = "docker", "26.1.5", "unix:///d.sock", "desk", "DOCKER_CONTEXT"
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, ok: true, reason: `reachable: docker 26.1.5 at unix:///d.sock (context "desk", from DOCKER_CONTEXT), amd64`},
+		{name: "allowlist on rootful podman", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test]}\n", adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.info.Kind, e.info.Version = "podman", "4.3.1"
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, ok: true, reason: "reachable: podman 4.3.1"},
+		{name: "allowlist on rootless podman", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test]}\n", adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.info.Kind, e.info.Version, e.info.Rootless = "podman", "4.3.1", true
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, reason: "does not run on rootless Podman yet", hint: "rootful Podman (4.3.1 or newer"},
 		{name: "engine down", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
 			in.Connect = func(context.Context) (preflight.EngineConn, error) {
 				return nil, hintedErr{errors.New("the container engine is not running")}

@@ -67,8 +67,8 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 		"fix what the check reports, then run again",
 		"or skip it for this run: propio-sandbox run --skip-checks \"" + c.Name + "\"",
 	}
-	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
-		return preflight.Result{Name: c.Name, Reason: "not run: network.mode allowlist does not run on Podman yet", Hints: []string{"use Docker for this profile (--engine docker)"}}
+	if s.Profile.Network.Mode == "allowlist" && allowlistRefused(s.facts) {
+		return preflight.Result{Name: c.Name, Reason: "not run: network.mode allowlist does not run on rootless Podman yet", Hints: []string{"use Docker (--engine docker) or rootful Podman for this profile"}}
 	}
 	o := s.opts
 	o.Project = generator.ProjectName(s.Env.Workspace, "check-"+runID())

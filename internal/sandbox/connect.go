@@ -64,7 +64,7 @@ const (
 )
 
 // Connect reaches the engine want names (auto, docker, podman; "" for
-// auto), starting a Podman API service for the launch when Podman's does
+// auto; or a Docker context, after WithContext), starting a Podman API service for the launch when Podman's does
 // not run (Close stops it).
 func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 	want = cmp.Or(want, engine.Auto)
@@ -78,10 +78,13 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 	} else if s.In != nil {
 		in = io.NopCloser(s.In)
 	}
-	eng, err := engine.Connect(ctx, loc.Host, engine.Streams{In: in, Out: s.Out, Err: s.Err})
+	eng, err := engine.ConnectTo(ctx, loc, engine.Streams{In: in, Out: s.Out, Err: s.Err})
 	if err != nil {
 		if loc.Stop != nil {
 			loc.Stop()
+		}
+		if loc.Context != "" {
+			err = fmt.Errorf("docker context %q (from %s): %w", loc.Context, loc.ContextFrom, err)
 		}
 		return nil, &EngineError{Kind: loc.Kind, Err: err}
 	}
@@ -92,6 +95,13 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 		}
 	}}, nil
 }
+
+// WithContext is the want that names the Docker context name, as
+// --context does.
+func WithContext(name string) string { return engine.WithContext(name) }
+
+// ContextError is a Docker context that cannot be used.
+type ContextError = engine.ContextError
 
 // connectHost reaches the engine at host itself, as a launcher found it (a
 // background process carries on its launcher's work there).

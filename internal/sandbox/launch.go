@@ -61,8 +61,14 @@ type Launch struct {
 	Keep *Keep
 }
 
-// ErrAllowlistOnPodman: network.mode allowlist does not run on Podman yet.
-var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on Podman yet: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), through which the sandbox would reach services of the host and resolve any name")
+// ErrAllowlistOnPodman: network.mode allowlist does not run on rootless
+// Podman yet.
+var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on rootless Podman yet: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), and the fence that keeps the sandbox from them is made and tested on rootful Podman only (4.3.1 and newer)")
+
+// allowlistRefused says whether the engine cannot keep an allowlist
+// sandbox in: its internal networks do not keep the host out, and the fence
+// that does (generator.EngineFacts.FencedNetns) is not made on it.
+func allowlistRefused(f backend.Facts) bool { return !f.InternalNetworks && f.Rootless }
 
 // launch is the state of one Launch while it runs.
 type launch struct {
@@ -275,7 +281,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 	}
 	s.collectLeftovers(ctx, names)
 	defer s.reportLeftovers(ctx)
-	if s.Profile.Network.Mode == "allowlist" && !s.facts.InternalNetworks {
+	if s.Profile.Network.Mode == "allowlist" && allowlistRefused(s.facts) {
 		return 0, ErrAllowlistOnPodman
 	}
 	if s.build {

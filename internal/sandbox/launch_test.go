@@ -162,12 +162,13 @@ func TestNameLeftByAKilledLauncher(t *testing.T) {
 }
 
 // Where the engine's facts say a network made internal does not keep the
-// host out (Podman), an allowlist is refused before anything is made, and
+// host out and it runs rootless (rootless Podman), an allowlist is refused before anything is made, and
 // its declared checks are not run.
 func TestAllowlistRefusedWithoutInternalNetworks(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	f.facts.InternalNetworks = false
+	f.facts.Rootless = true
 	p := &profile.Profile{Network: profile.Network{Mode: "allowlist"}}
 	s, _ := fakeLaunch(t, f, p)
 	code, err := s.run(context.Background(), engineNames{})

@@ -22,6 +22,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 )
 
 // Outcomes of a run a caller can branch on.
@@ -168,6 +169,9 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 		defer timer.Stop()
 	}
 
+	if err := r.fenceFirst(ctx); err != nil {
+		return 0, err
+	}
 	w.start()
 	code, err = r.runOne(ctx)
 	if err != nil && plan != nil && plan.StorageOpt != "" && errors.Is(err, backend.ErrStorageOptRefused) && ctx.Err() == nil {
@@ -383,6 +387,34 @@ func (r *run) gone(err error) *EngineGoneError {
 		name = *p
 	}
 	return engineGone(r.o.Host, r.project, name, err)
+}
+
+// fenceFirst starts the container that holds the agent's network
+// namespace, when the project has one (generator.NetnsService: an
+// allowlist on an engine whose internal networks do not keep the host
+// out), and has it say that the namespace is fenced in before the agent
+// joins it: the agent's first packet finds the fence. A persistent sandbox
+// started again has its holder started, and its fence checked, by the
+// Runtime's Start, before its agent.
+func (r *run) fenceFirst(ctx context.Context) error {
+	n, ok := r.project.Services[generator.NetnsService]
+	if !ok || r.o.Keep.resuming() {
+		return nil
+	}
+	p := *r.project
+	p.Services = types.Services{generator.NetnsService: n}
+	if err := r.rt.Up(ctx, &p); err != nil {
+		return fmt.Errorf("starting the container that holds the sandbox's network namespace: %w", err)
+	}
+	var out strings.Builder
+	code, err := r.rt.Exec(ctx, p.Name, backend.ExecSpec{Service: generator.NetnsService, Command: generator.FenceCheck(n, gatewayimage.Binary), Streams: backend.Streams{Out: &out, Err: &out}})
+	switch {
+	case err != nil:
+		return fmt.Errorf("checking the fence of the sandbox's network namespace: %w", err)
+	case code != 0:
+		return fmt.Errorf("the sandbox's network namespace is not fenced in (exit %d): %s", code, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // ensureImages fails fast, naming the image, when the agent's or the

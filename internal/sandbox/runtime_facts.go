@@ -14,5 +14,6 @@ func hostFacts(f backend.Facts) generator.EngineFacts {
 		NamesHost:        f.NamesHost,
 		KeepID:           f.KeepID,
 		UserSpaceGateway: f.UserSpaceGateway,
+		FencedNetns:      !f.InternalNetworks,
 	}
 }
