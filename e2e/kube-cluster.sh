@@ -372,6 +372,25 @@ pause_image() {
   load_images "$PAUSE_IMAGE"
 }
 
+# cgroup_root makes the kubelet's cgroupRoot in each cgroup v1 hierarchy
+# (it refuses to start without them), the cpuset's with its parent's CPUs
+# and memory nodes; on cgroup v2, the one directory.
+cgroup_root() {
+  local h
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    mkdir -p /sys/fs/cgroup/propio-kube
+    return
+  fi
+  for h in /sys/fs/cgroup/*/; do
+    [[ -L ${h%/} ]] && continue # cpu,cpuacct's aliases
+    mkdir -p "$h/propio-kube"
+    if [[ -f $h/cpuset.cpus ]]; then
+      [[ -n $(cat "$h/propio-kube/cpuset.cpus") ]] || cat "$h/cpuset.cpus" >"$h/propio-kube/cpuset.cpus"
+      [[ -n $(cat "$h/propio-kube/cpuset.mems") ]] || cat "$h/cpuset.mems" >"$h/propio-kube/cpuset.mems"
+    fi
+  done
+}
+
 readyz() { kubectl_ get --raw /readyz; }
 node_ready() { [[ $(kubectl_ get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
 
@@ -425,6 +444,7 @@ start() {
   pause_image
 
   kubelet_config
+  cgroup_root
   launch kubelet "$bin/kubelet" --config "$state/kubelet.yaml" --kubeconfig "$state/kubelet.kubeconfig" \
     --root-dir "$state/kubelet" --hostname-override "$node" --node-ip "$ip"
   wait_for kubelet 120 kubectl_ get node "$node"
@@ -503,7 +523,7 @@ stop_process() { # stop_process NAME: SIGTERM, then SIGKILL after 15s
 shims() {
   local p
   for p in /proc/[0-9]*; do
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $rundir/containerd.sock"; then
+    if { tr "\\0" " " <"$p/cmdline"; } 2>/dev/null | grep -q -- "-address $rundir/containerd.sock"; then
       echo "${p#/proc/}"
     fi
   done
@@ -515,7 +535,7 @@ remove_chains() {
   local table=$1 re=$2 chains c rule
   chains=$(iptables -t "$table" -S 2>/dev/null | sed -n 's/^-N \(.*\)$/\1/p' | grep -xE "$re" || true)
   [[ -n $chains ]] || return 0
-  iptables -t "$table" -S 2>/dev/null | grep -E -- "^-A .* -j ($re)( |\$)" | while read -r rule; do
+  { iptables -t "$table" -S 2>/dev/null | grep -E -- "^-A .* -j ($re)( |\$)" || true; } | while read -r rule; do
     eval "iptables -t $table ${rule/-A/-D}" 2>/dev/null || true
   done
   for c in $chains; do iptables -t "$table" -F "$c" 2>/dev/null || true; done
@@ -524,6 +544,8 @@ remove_chains() {
 
 stop() {
   need_root
+  # Best effort to the end: one step that fails must not leave the rest.
+  set +e
   if running kubelet && [[ -x $bin/kubectl ]]; then
     # Pods first, so that their containers and network namespaces go the
     # way they came (bounded: whatever is left is removed below).

@@ -150,11 +150,11 @@ func TestKubeRenderDryRun(t *testing.T) {
 	profileText := fmt.Sprintf(`version: 1
 extends: offline
 image: propio-sandbox/agent:latest
-command: ["sh", "-c", "echo $(HOME)"]
+command: ["sh", "-c", "echo $$(HOME)"]
 env:
   pass: [TERM, PROPIO_TEST_SECRET]
-  set: {GREETING: "hello $(USER)"}
-resources: {cpus: 0.5, memory: 256m, timeout: 90s}
+  set: {GREETING: "hello $$(USER)"}
+resources: {cpus: 0.5, memory: 512m, timeout: 90s}
 security: {runtime: %s}
 `, rc)
 	if err := os.WriteFile(custom, []byte(profileText), 0o644); err != nil {
@@ -236,6 +236,10 @@ func checkAdmittedPod(t *testing.T, raw []byte, rc string) {
 			ActiveDeadlineSeconds int64  `json:"activeDeadlineSeconds"`
 			Containers            []struct {
 				Args      []string `json:"args"`
+				Env       []struct {
+					Name  string `json:"name"`
+					Value string `json:"value"`
+				} `json:"env"`
 				Resources struct {
 					Limits map[string]string `json:"limits"`
 				} `json:"resources"`
@@ -249,7 +253,17 @@ func checkAdmittedPod(t *testing.T, raw []byte, rc string) {
 	if s.RuntimeClassName != rc || s.ActiveDeadlineSeconds != 90 {
 		t.Errorf("admitted pod: runtime class %q, deadline %d; want %q, 90", s.RuntimeClassName, s.ActiveDeadlineSeconds, rc)
 	}
-	if len(s.Containers) != 1 || s.Containers[0].Resources.Limits["cpu"] != "500m" || (s.Containers[0].Resources.Limits["memory"] != "256Mi" && s.Containers[0].Resources.Limits["memory"] != "268435456") {
-		t.Errorf("admitted pod: containers %+v, want cpu 500m and memory 256Mi", s.Containers)
+	if len(s.Containers) != 1 || s.Containers[0].Resources.Limits["cpu"] != "500m" || (s.Containers[0].Resources.Limits["memory"] != "512Mi" && s.Containers[0].Resources.Limits["memory"] != "536870912") {
+		t.Errorf("admitted pod: containers %+v, want cpu 500m and memory 512Mi", s.Containers)
+	}
+	for _, e := range s.Containers[0].Env {
+		if e.Name == "GREETING" && e.Value != "hello $$(USER)" {
+			t.Errorf("admitted pod: GREETING=%q, want the $ escaped", e.Value)
+		}
+	}
+	// $(VAR) is left to the shell, not expanded by Kubernetes: the
+	// admitted Pod keeps the escape, which the kubelet undoes.
+	if len(s.Containers) == 1 && (len(s.Containers[0].Args) != 3 || s.Containers[0].Args[2] != "echo $$(HOME)") {
+		t.Errorf("admitted pod: args %q, want the $ escaped", s.Containers[0].Args)
 	}
 }
