@@ -235,8 +235,8 @@ func checkAdmittedPod(t *testing.T, raw []byte, rc string) {
 			RuntimeClassName      string `json:"runtimeClassName"`
 			ActiveDeadlineSeconds int64  `json:"activeDeadlineSeconds"`
 			Containers            []struct {
-				Args      []string `json:"args"`
-				Env       []struct {
+				Args []string `json:"args"`
+				Env  []struct {
 					Name  string `json:"name"`
 					Value string `json:"value"`
 				} `json:"env"`
