@@ -21,7 +21,7 @@ type Client struct {
 
 // New returns a client for c.
 func New(c *Config) *Client {
-	tr := &http.Transport{TLSClientConfig: c.TLS, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}
+	tr := &http.Transport{TLSClientConfig: c.TLS.Clone(), ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}
 	return &Client{cfg: c, http: &http.Client{Transport: tr}}
 }
 
