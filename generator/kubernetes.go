@@ -165,6 +165,9 @@ type KubeEnvValue struct {
 type KubeKeyRef struct {
 	Name string `yaml:"name" json:"name"`
 	Key  string `yaml:"key" json:"key"`
+	// Optional: a key the Secret lacks leaves the variable unset (run
+	// leaves out a passed variable the host does not have).
+	Optional bool `yaml:"optional,omitempty" json:"optional,omitempty"`
 }
 
 // KubeResources are a container's requests and limits.

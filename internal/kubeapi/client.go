@@ -52,6 +52,10 @@ func IsNotFound(err error) bool {
 // Do sends a request to the API server and returns the body of a 2xx
 // answer; any other answer is a *StatusError. body is JSON, or nil.
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body []byte) ([]byte, error) {
+	return c.do(ctx, method, path, query, body, "application/json")
+}
+
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, contentType string) ([]byte, error) {
 	u := c.cfg.Server + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -66,7 +70,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
@@ -132,6 +136,7 @@ var resources = map[string]struct{ prefix, plural string }{
 	"v1/Secret":                          {"/api/v1", "secrets"},
 	"v1/ConfigMap":                       {"/api/v1", "configmaps"},
 	"v1/Service":                         {"/api/v1", "services"},
+	"v1/ServiceAccount":                  {"/api/v1", "serviceaccounts"},
 	"networking.k8s.io/v1/NetworkPolicy": {"/apis/networking.k8s.io/v1", "networkpolicies"},
 }
 
@@ -179,4 +184,10 @@ func (c *Client) Create(ctx context.Context, namespace string, obj []byte, o Cre
 		return nil, fmt.Errorf("creating %s %s in namespace %s: %w", head.Kind, head.Metadata.Name, namespace, err)
 	}
 	return out, nil
+}
+
+// Patch patches the object at path (its collection's path and its name)
+// with a patch of contentType (application/merge-patch+json, for one).
+func (c *Client) Patch(ctx context.Context, path, contentType string, patch []byte) ([]byte, error) {
+	return c.do(ctx, http.MethodPatch, path, nil, patch, contentType)
 }
