@@ -40,6 +40,20 @@ func loadImage(t *testing.T, image string) {
 	if loadErr != nil {
 		t.Fatalf("loading %s into the cluster's node: %v", image, loadErr)
 	}
+	// The node's status lists it once the kubelet has looked again.
+	c, _ := testenv.Kube(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		raw, err := c.Do(ctx, http.MethodGet, "/api/v1/nodes", nil, nil)
+		if err == nil && bytes.Contains(raw, []byte(`"docker.io/`+image+`"`)) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no node lists %s in its status after 2 minutes: %v", image, err)
+		}
+		time.Sleep(time.Second) // the kubelet's status update, not an event here
+	}
 }
 
 var (

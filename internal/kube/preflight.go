@@ -122,7 +122,13 @@ func (k *Cluster) may(ctx context.Context, p permission) (bool, error) {
 	return out.Status.Allowed, nil
 }
 
-// nodeImages are the images the nodes report they have, by normalized name.
+// nodeStatusMaxImages is the kubelet's default cap on the images a node's
+// status lists.
+const nodeStatusMaxImages = 50
+
+// nodeImages are the images the nodes report they have, by normalized
+// name; nil when that cannot be told (not allowed to list nodes, or a
+// node's list at the kubelet's cap).
 func (k *Cluster) nodeImages(ctx context.Context) (map[string]bool, error) {
 	raw, err := k.API.Do(ctx, http.MethodGet, "/api/v1/nodes", nil, nil)
 	var st *kubeapi.StatusError
@@ -148,6 +154,11 @@ func (k *Cluster) nodeImages(ctx context.Context) (map[string]bool, error) {
 	}
 	have := map[string]bool{}
 	for _, n := range nodes.Items {
+		if len(n.Status.Images) >= nodeStatusMaxImages {
+			// The kubelet lists this many at most: an image not in the
+			// list may be on the node all the same.
+			return nil, nil
+		}
 		for _, im := range n.Status.Images {
 			for _, name := range im.Names {
 				have[normalizeImage(name)] = true
