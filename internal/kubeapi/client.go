@@ -191,3 +191,34 @@ func (c *Client) Create(ctx context.Context, namespace string, obj []byte, o Cre
 func (c *Client) Patch(ctx context.Context, path, contentType string, patch []byte) ([]byte, error) {
 	return c.do(ctx, http.MethodPatch, path, nil, patch, contentType)
 }
+
+// Stream sends a GET and returns the body of a 2xx answer as it comes (a
+// log followed); the caller closes it.
+func (c *Client) Stream(ctx context.Context, path string, query url.Values) (io.ReadCloser, error) {
+	u := c.cfg.Server + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the API server %s: %w", c.cfg.Server, unwrapURL(err))
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var st struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(b, &st)
+		return nil, &StatusError{Code: resp.StatusCode, Reason: st.Reason, Message: st.Message}
+	}
+	return resp.Body, nil
+}
