@@ -10,7 +10,9 @@
 #   bash e2e/kube-cluster.sh status        exit 0 when the API server answers /readyz
 #   bash e2e/kube-cluster.sh load IMAGE... copy images from the Docker engine into the node's containerd
 #
-# Run as root. One cluster per machine. Every wait is bounded.
+# Run as root. One cluster per machine. Every wait is bounded. start installs
+# what it needs from Debian when missing (etcd-server, containerd, runc,
+# containernetworking-plugins, ipset, conntrack).
 #
 # The parts: etcd (Debian's etcd-server), kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kube-proxy and kubectl (k8s.io/kubernetes from the module
@@ -394,12 +396,32 @@ cgroup_root() {
 readyz() { kubectl_ get --raw /readyz; }
 node_ready() { [[ $(kubectl_ get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
 
+# packages installs, from Debian, what the node needs and this machine lacks.
+packages() {
+  local missing=()
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/firewall ]] || missing+=(containernetworking-plugins)
+  command -v ipset >/dev/null || missing+=(ipset)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v openssl >/dev/null || missing+=(openssl)
+  if ((${#missing[@]})); then
+    say "installing ${missing[*]} from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
 start() {
   need_root
   rm -f "$kubeconfig.failed"
   # A failed start says so next to the kubeconfig: the tests waiting for
   # the cluster (testenv.Kube) stop waiting and say why.
   trap 'rc=$?; if ((rc)); then mkdir -p "$state"; echo "e2e/kube-cluster.sh start failed ($rc); logs in $logs" >"$kubeconfig.failed"; fi' EXIT
+  packages
   build
   local ip
   ip=$(node_ip)
