@@ -104,3 +104,32 @@ func TestKubeRun(t *testing.T) {
 	}
 	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
 }
+
+// TestKubeRunTimeout: the profile's timeout, the Pod's activeDeadlineSeconds,
+// ends a run whose command would go on, and says so.
+func TestKubeRunTimeout(t *testing.T) {
+	c, _ := testenv.Kube(t)
+	loadImage(t, agentImage)
+	ns := namespace(t, c)
+	dir := filepath.Join(t.TempDir(), "kubetimeout")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	objs := runObjects(t, "open", dir, "sleep", "600")
+	deadline := int64(8)
+	objs.Pod.Spec.ActiveDeadlineSeconds = &deadline
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := kube.New(c, ns).Run(ctx, kube.RunSpec{
+		Objects: objs, Env: func(string) (string, bool) { return "", false },
+		Workspace: bytes.NewReader(workspaceTar(t, dir)),
+	})
+	if err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a run past its deadline: %v, want the timeout named", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("the run past its 8 s deadline took %v", d)
+	}
+	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
+}
