@@ -44,7 +44,7 @@ func TestLayering(t *testing.T) {
 	pkgs := list(t)
 	forbidden := map[string][]string{
 		// The generator is pure: no engine, no CLI, no host gathering, no processes or network.
-		module + "/generator":        {module + "/internal/cli", module + "/internal/hostinfo", "github.com/docker/compose", "github.com/moby/moby/client", "github.com/docker/docker/client"},
+		module + "/generator":        {module + "/internal/cli", module + "/internal/hostinfo", module + "/internal/kubeapi", module + "/internal/kube", "github.com/docker/compose", "github.com/moby/moby/client", "github.com/docker/docker/client"},
 		module + "/internal/profile": {module + "/internal/cli", module + "/generator", module + "/internal/hostinfo", "github.com/docker/compose"},
 		module + "/schema":           {module + "/"},
 		module + "/profiles":         {module + "/"},
@@ -102,6 +102,11 @@ func TestLayering(t *testing.T) {
 			module + "/internal/gatewayd", module + "/generator", module + "/internal/profile", "github.com/docker/compose", "github.com/moby/moby/client"},
 		// Background processes are started and told apart: nothing of ours.
 		module + "/internal/daemon": {module + "/"},
+		// The Kubernetes API client knows nothing of ours; the cluster side
+		// of a sandbox (internal/kube) takes the generator's objects and
+		// talks through it, never through an engine or the CLI.
+		module + "/internal/kubeapi": {module + "/"},
+		module + "/internal/kube":    {module + "/internal/cli", module + "/internal/sandbox", module + "/internal/engine", "github.com/docker/compose", "github.com/moby/moby/client"},
 		// The launch is below the CLI.
 		module + "/internal/sandbox": {module + "/internal/cli"},
 	}

@@ -16,13 +16,17 @@ import (
 )
 
 func newRender(a *app) *cobra.Command {
-	var output string
+	var output, target, namespace string
 	cmd := &cobra.Command{
-		Use:   "render [-p PROFILE] [-o FILE] [-- CMD...]",
+		Use:   "render [-p PROFILE] [--target compose|kubernetes] [-o FILE] [-- CMD...]",
 		Short: "Print the compose YAML of exactly the project that run would start",
 		Long: `Print the compose YAML of exactly the project that run would start, for the
 current directory. Environment variables passed through are named, never valued.
-The output is deterministic and loads with any Compose implementation.`,
+The output is deterministic and loads with any Compose implementation.
+
+With --target kubernetes, print instead the Kubernetes objects that run the
+sandbox on a cluster: its Pod, its NetworkPolicy, the Secret that carries the
+environment (its keys, never its values) and the ConfigMap of its files.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			command, err := commandAfterDash(cmd, args)
 			if err != nil {
@@ -33,11 +37,7 @@ The output is deterministic and loads with any Compose implementation.`,
 				return err
 			}
 			a.warnGrants(e.grants)
-			project, err := a.renderProject(e, p, command)
-			if err != nil {
-				return err
-			}
-			out, err := generator.Render(project)
+			out, err := a.renderTarget(e, p, command, target, namespace)
 			if err != nil {
 				return err
 			}
@@ -56,7 +56,50 @@ The output is deterministic and loads with any Compose implementation.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write to `FILE` instead of standard output (never half-written)")
+	cmd.Flags().StringVar(&target, "target", "compose", "what to render: compose, or kubernetes (the objects of a cluster)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with --target kubernetes: the `NAMESPACE` the objects name (none: the client's)")
 	return cmd
+}
+
+// renderTarget renders p for the target named: the compose project, or
+// the objects of a cluster.
+func (a *app) renderTarget(e env, p *profile.Profile, command []string, target, namespace string) ([]byte, error) {
+	switch target {
+	case "compose", "":
+		if namespace != "" {
+			return nil, usageError{fmt.Errorf("--namespace is for --target kubernetes")}
+		}
+		project, err := a.renderProject(e, p, command)
+		if err != nil {
+			return nil, err
+		}
+		return generator.Render(project)
+	case "kubernetes":
+		objs, err := a.renderKubernetes(e, p, command, namespace)
+		if err != nil {
+			return nil, err
+		}
+		return generator.RenderKubernetes(objs)
+	}
+	return nil, usageError{fmt.Errorf("--target %q: choose compose or kubernetes", target)}
+}
+
+// renderKubernetes generates the objects run would create on a cluster
+// for p here.
+func (a *app) renderKubernetes(e env, p *profile.Profile, command []string, namespace string) (*generator.KubeObjects, error) {
+	o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
+	plan, err := sandbox.NewPlan(e.sandbox(), p)
+	if err != nil {
+		return nil, hintError(err, p, a.profile)
+	}
+	for _, w := range plan.Warnings {
+		reporter{a.stderr}.Warn(w)
+	}
+	objs, err := plan.Kubernetes(o, generator.KubeOptions{Namespace: namespace})
+	if err != nil {
+		return nil, hintError(err, p, a.profile)
+	}
+	return objs, nil
 }
 
 // commandAfterDash returns the arguments after --, and refuses any before it.

@@ -72,3 +72,13 @@ func (pl *Plan) Generate(o generator.Options, adjust ...func(*generator.Host)) (
 	}
 	return generator.Generate(pl.Profile, h, o)
 }
+
+// Kubernetes generates the objects that run the plan's sandbox on a
+// cluster (generator.Kubernetes), from the same plan as its project.
+func (pl *Plan) Kubernetes(o generator.Options, ko generator.KubeOptions, adjust ...func(*generator.Host)) (*generator.KubeObjects, error) {
+	h := pl.host
+	for _, f := range adjust {
+		f(&h)
+	}
+	return generator.Kubernetes(pl.Profile, h, o, ko)
+}

@@ -1,0 +1,257 @@
+package generator_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/profile"
+	"go.yaml.in/yaml/v3"
+)
+
+// renderKube renders a case for Kubernetes: the YAML, or the error's text
+// as a comment (a case a cluster cannot run is a golden of its own).
+func renderKube(t *testing.T, c goldenCase) []byte {
+	t.Helper()
+	p, err := c.load()
+	if err != nil {
+		t.Fatalf("loading: %v", err)
+	}
+	o := caseOptions(p)
+	if o.Keep != nil {
+		return nil // a persistent sandbox is not a target of the renderer yet
+	}
+	objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{Namespace: "sandboxes"})
+	if err != nil {
+		return []byte("# error: " + strings.ReplaceAll(err.Error(), "\n", "\n# error: ") + "\n")
+	}
+	out, err := generator.RenderKubernetes(objs)
+	if err != nil {
+		t.Fatalf("rendering: %v", err)
+	}
+	return out
+}
+
+// TestKubernetesGolden renders every case for --target kubernetes and
+// compares it with testdata/<case>/kubernetes.golden.yaml (go test
+// ./generator -update rewrites them).
+func TestKubernetesGolden(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			out := renderKube(t, c)
+			if out == nil {
+				t.Skip("a persistent sandbox's case")
+			}
+			out = bytes.ReplaceAll(out, []byte(repoRoot), []byte("/REPO"))
+			golden := filepath.Join(c.dir, "kubernetes.golden.yaml")
+			if *update {
+				if err := os.WriteFile(golden, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./generator -update to create it)", err)
+			}
+			if !bytes.Equal(out, want) {
+				t.Errorf("render differs from %s (go test ./generator -update rewrites it):\n%s", golden, diff(string(want), string(out)))
+			}
+		})
+	}
+}
+
+// TestKubernetesDeterministic renders each case twice, from two
+// generations: the bytes are the same.
+func TestKubernetesDeterministic(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := renderKube(t, c), renderKube(t, c)
+			if !bytes.Equal(a, b) {
+				t.Errorf("two renders differ:\n%s", diff(string(a), string(b)))
+			}
+		})
+	}
+}
+
+func loadKube(t *testing.T, name string) (*profile.Profile, generator.Host) {
+	t.Helper()
+	p, err := profile.Locations{}.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, fixtureHost(t, p)
+}
+
+// TestKubernetesOffline checks what the offline profile becomes, object by
+// object: the policy that denies both ways, the Pod's security context from
+// the profile, tmpfs as memory-backed emptyDirs with their sizes, the
+// hidden files as the ConfigMap's empty file, and the passed variables as
+// keys of the Secret without a value.
+func TestKubernetesOffline(t *testing.T) {
+	p, h := loadKube(t, "offline")
+	p.Resources.Timeout = profile.Duration(90e9 + 1) // 90 s and a nanosecond: rounded up
+	p.Security.Runtime = "runsc"
+	objs, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Policies) != 1 {
+		t.Fatalf("network none: %d policies, want 1", len(objs.Policies))
+	}
+	pol := objs.Policies[0].Spec
+	if !slices.Equal(pol.PolicyTypes, []string{"Ingress", "Egress"}) || len(pol.Ingress) != 0 || len(pol.Egress) != 0 {
+		t.Errorf("network none: policy %+v, want Ingress and Egress with no rule", pol)
+	}
+	if pol.PodSelector.MatchLabels[generator.KubeLabelSandbox] != objs.Pod.Metadata.Labels[generator.KubeLabelSandbox] ||
+		objs.Pod.Metadata.Labels[generator.KubeLabelRole] != "sandbox" {
+		t.Errorf("the policy selects %v, the pod is labelled %v", pol.PodSelector.MatchLabels, objs.Pod.Metadata.Labels)
+	}
+	spec := objs.Pod.Spec
+	if spec.RuntimeClassName != "runsc" || spec.ActiveDeadlineSeconds == nil || *spec.ActiveDeadlineSeconds != 91 ||
+		spec.AutomountServiceAccountToken || spec.EnableServiceLinks || !spec.ShareProcessNamespace || spec.RestartPolicy != "Never" {
+		t.Errorf("pod spec %+v", spec)
+	}
+	if spec.SecurityContext.RunAsUser != 1000 || spec.SecurityContext.RunAsGroup != 1000 || !spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("pod security context %+v, want the user 1000:1000 and non-root", spec.SecurityContext)
+	}
+	c := spec.Containers[0]
+	sec := c.SecurityContext
+	if !sec.ReadOnlyRootFilesystem || sec.AllowPrivilegeEscalation || sec.Privileged || !slices.Equal(sec.Capabilities.Drop, []string{"ALL"}) {
+		t.Errorf("container security context %+v", sec)
+	}
+	if c.ImagePullPolicy != "Never" || c.Resources.Limits["memory"] != c.Resources.Requests["memory"] {
+		t.Errorf("container %s: pull policy %s, resources %+v", c.Name, c.ImagePullPolicy, c.Resources)
+	}
+	mem := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.EmptyDir != nil && v.EmptyDir.Medium == "Memory" {
+			mem[v.Name] = v.EmptyDir.SizeLimit
+		}
+	}
+	mounted := map[string]generator.KubeVolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounted[m.MountPath] = m
+	}
+	for _, dir := range []string{"/tmp", profile.HomeDir} {
+		m, ok := mounted[dir]
+		if !ok || mem[m.Name] != "1073741824" {
+			t.Errorf("%s: mount %+v, memory-backed sizes %v", dir, m, mem)
+		}
+	}
+	if m := mounted["/workspace/.env"]; m.Name != generator.KubeFilesVolume || m.SubPath != "empty" || !m.ReadOnly {
+		t.Errorf("hidden .env is mounted as %+v, want the ConfigMap's empty file, read-only", m)
+	}
+	if objs.ConfigMap == nil || objs.ConfigMap.Data["empty"] != "" || !strings.Contains(objs.ConfigMap.Data["passwd"], ":1000:1000:") {
+		t.Errorf("configmap %+v", objs.ConfigMap)
+	}
+	if objs.Secret == nil || !slices.Equal(objs.EnvPassed, []string{"TERM"}) {
+		t.Fatalf("secret %+v carries %v, want TERM", objs.Secret, objs.EnvPassed)
+	}
+	for k, v := range objs.Secret.StringData {
+		if v != "" {
+			t.Errorf("the rendered Secret holds a value for %s", k)
+		}
+	}
+}
+
+// TestKubernetesReadonlyAndGuard: a readonly path of the workspace and the
+// guard's git directory are the workspace volume's paths mounted again, the
+// first read-only.
+func TestKubernetesReadonlyAndGuard(t *testing.T) {
+	p, h := loadKube(t, "offline")
+	objs, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]generator.KubeVolumeMount{}
+	for _, m := range objs.Pod.Spec.Containers[0].VolumeMounts {
+		if m.Name == generator.KubeWorkspaceVolume {
+			found[m.SubPath] = m
+		}
+	}
+	if m, ok := found[".propio"]; !ok || !m.ReadOnly || m.MountPath != "/workspace/.propio" {
+		t.Errorf("readonly .propio: %+v (workspace mounts %v)", m, found)
+	}
+	if _, ok := found[".git"]; !ok {
+		t.Errorf("the guard's .git is not mounted again (workspace mounts %v)", found)
+	}
+}
+
+// TestKubernetesOpen: no policy, and the profile's values inline with
+// Kubernetes' $(VAR) expansion escaped.
+func TestKubernetesOpen(t *testing.T) {
+	p, h := loadKube(t, "open")
+	p.Env.Set = map[string]string{"PRICE": "$(HOME) $5"}
+	objs, err := generator.Kubernetes(p, h, generator.Options{Project: project, Command: []string{"echo", "$(HOME)"}}, generator.KubeOptions{Namespace: "ns1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Policies) != 0 {
+		t.Errorf("network open: policies %+v, want none", objs.Policies)
+	}
+	c := objs.Pod.Spec.Containers[0]
+	if !slices.Equal(c.Args, []string{"echo", "$$(HOME)"}) {
+		t.Errorf("args %q, want $ escaped", c.Args)
+	}
+	for _, e := range c.Env {
+		if e.Name == "PRICE" && (e.Value == nil || *e.Value != "$$(HOME) $$5") {
+			t.Errorf("PRICE = %v, want $ escaped", e.Value)
+		}
+	}
+	for _, obj := range objs.List() {
+		out, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), "namespace: ns1") {
+			t.Errorf("object without the namespace:\n%s", out)
+		}
+	}
+}
+
+// TestKubernetesRefuses: what a cluster cannot give is an error at its
+// place in the profile.
+func TestKubernetesRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"strict", "network.mode: allowlist is not available on Kubernetes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, h := loadKube(t, tc.name)
+			_, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{})
+			var list profile.List
+			if !errors.As(err, &list) || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "builtin:"+tc.name+":") {
+				t.Errorf("error %v, want a positioned %q", err, tc.want)
+			}
+		})
+	}
+	p, h := loadKube(t, "open")
+	h.SSHAgent = generator.SSHAgent{Source: "/run/agent.sock"}
+	h.ExtraMounts = []generator.ExtraMount{{Source: "/data", Target: "/data"}}
+	p.Mounts = []profile.Mount{{Source: "/srv", Target: "/srv"}}
+	_, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{})
+	for _, want := range []string{"mounts[0]", "ssh_agent", "PROPIO_SANDBOX_MOUNTS"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to name %s", err, want)
+		}
+	}
+}
+
+func TestKubeName(t *testing.T) {
+	for in, want := range map[string]string{
+		"propio-my_app":                     "propio-my-app",
+		"propio-x-2":                        "propio-x-2",
+		"propio-" + strings.Repeat("a", 80): "propio-" + strings.Repeat("a", 50),
+		"___":                               "propio",
+	} {
+		if got := generator.KubeName(in); got != want {
+			t.Errorf("KubeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/kubeapi"
+)
+
+// Streams are a run's standard streams; In nil: no input.
+type Streams struct {
+	In  io.Reader
+	Out io.Writer
+}
+
+// RunSpec is one run of a sandbox on the cluster.
+type RunSpec struct {
+	Objects *generator.KubeObjects
+	// Env gives the values of the passed variables.
+	Env func(string) (string, bool)
+	// Workspace is a tar stream of the workspace, unpacked into its volume
+	// by the Pod's init container before the sandbox starts.
+	Workspace io.Reader
+	Streams   Streams
+	// Started, when set, is called once the sandbox's container runs.
+	Started func()
+}
+
+// poll is how often a run looks at its Pod: the kubelet's progress is
+// not an event this client subscribes to.
+const poll = 200 * time.Millisecond
+
+// Run creates the sandbox's objects, copies the workspace in, runs the
+// sandbox with its output (standard output and error, in the order the
+// node logged them, on Streams.Out: the API gives them as one stream) and
+// its input, and returns its exit code. Everything it made is removed
+// however it ends: the end of ctx (a signal), an error, the end of the
+// command. A launcher killed outright leaves objects that Remove finds by
+// the sandbox's label.
+func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
+	made, err := k.Create(ctx, s.Objects, s.Env)
+	if err != nil {
+		return -1, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if rerr := k.Remove(rctx, made.Pod); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	pod := made.Pod
+	if _, err := k.waitPod(ctx, pod, func(p podStatus) (bool, error) {
+		st, ok := p.container(generator.KubeCopyContainer, true)
+		return ok && st.State.Running != nil, p.failure()
+	}); err != nil {
+		return -1, err
+	}
+	copyOpts := kubeapi.StreamOptions{Container: generator.KubeCopyContainer, Stdin: true, Stdout: true, Stderr: true}
+	var copyErr limited
+	if err := k.API.Attach(ctx, k.Namespace, pod, copyOpts, s.Workspace, io.Discard, &copyErr); err != nil {
+		return -1, fmt.Errorf("copying the workspace into pod %s: %w", pod, err)
+	}
+	if _, err := k.waitPod(ctx, pod, func(p podStatus) (bool, error) {
+		st, ok := p.container("sandbox", false)
+		return ok && (st.State.Running != nil || st.State.Terminated != nil), p.failure()
+	}); err != nil {
+		if copyErr.n > 0 {
+			err = fmt.Errorf("%w (the copy said: %s)", err, copyErr.String())
+		}
+		return -1, err
+	}
+	if s.Started != nil {
+		s.Started()
+	}
+	if s.Streams.In != nil {
+		go func() {
+			// Input goes in while the command runs; its end closes the
+			// command's standard input. An attach to a container that has
+			// ended already fails, and the input is not wanted then.
+			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true}, s.Streams.In, nil, nil)
+		}()
+	}
+	if s.Streams.Out != nil {
+		q := url.Values{"container": {"sandbox"}, "follow": {"true"}}
+		logs, err := k.API.Stream(ctx, "/api/v1/namespaces/"+url.PathEscape(k.Namespace)+"/pods/"+url.PathEscape(pod)+"/log", q)
+		if err != nil {
+			return -1, fmt.Errorf("following the sandbox's output: %w", err)
+		}
+		_, err = io.Copy(s.Streams.Out, logs)
+		logs.Close()
+		if err != nil && ctx.Err() == nil {
+			return -1, fmt.Errorf("following the sandbox's output: %w", err)
+		}
+	}
+	final, err := k.waitPod(ctx, pod, func(p podStatus) (bool, error) {
+		st, ok := p.container("sandbox", false)
+		return ok && st.State.Terminated != nil, nil
+	})
+	if err != nil {
+		return -1, err
+	}
+	st, _ := final.container("sandbox", false)
+	if final.Status.Reason == "DeadlineExceeded" {
+		return st.State.Terminated.ExitCode, fmt.Errorf("the sandbox's timeout (activeDeadlineSeconds) ended it")
+	}
+	return st.State.Terminated.ExitCode, nil
+}
+
+// limited keeps the first 4 KiB written to it.
+type limited struct {
+	b []byte
+	n int
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	l.n += len(p)
+	if room := 4096 - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *limited) String() string { return string(l.b) }
+
+type podStatus struct {
+	Status struct {
+		Phase                 string            `json:"phase"`
+		Reason                string            `json:"reason"`
+		Message               string            `json:"message"`
+		InitContainerStatuses []containerStatus `json:"initContainerStatuses"`
+		ContainerStatuses     []containerStatus `json:"containerStatuses"`
+		Conditions            []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+type containerStatus struct {
+	Name  string `json:"name"`
+	State struct {
+		Running *struct{} `json:"running"`
+		Waiting *struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"waiting"`
+		Terminated *struct {
+			ExitCode int    `json:"exitCode"`
+			Reason   string `json:"reason"`
+			Message  string `json:"message"`
+		} `json:"terminated"`
+	} `json:"state"`
+}
+
+func (p podStatus) container(name string, init bool) (containerStatus, bool) {
+	list := p.Status.ContainerStatuses
+	if init {
+		list = p.Status.InitContainerStatuses
+	}
+	for _, c := range list {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return containerStatus{}, false
+}
+
+// stuck are the reasons a container waits that waiting does not end.
+var stuck = map[string]bool{
+	"ErrImageNeverPull": true, "InvalidImageName": true, "CreateContainerConfigError": true,
+	"CreateContainerError": true, "RunContainerError": true, "ImageInspectError": true,
+}
+
+// failure says why the Pod will not get further, or nil.
+func (p podStatus) failure() error {
+	for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if w := c.State.Waiting; w != nil && stuck[w.Reason] {
+			return fmt.Errorf("container %s cannot start: %s: %s", c.Name, w.Reason, w.Message)
+		}
+		if t := c.State.Terminated; t != nil && c.Name == generator.KubeCopyContainer && t.ExitCode != 0 {
+			return fmt.Errorf("the workspace's copy failed (exit status %d): %s", t.ExitCode, t.Message)
+		}
+	}
+	if p.Status.Phase == "Failed" {
+		return fmt.Errorf("the pod failed: %s %s", p.Status.Reason, p.Status.Message)
+	}
+	return nil
+}
+
+// unschedulable is why no node takes the Pod, or "".
+func (p podStatus) unschedulable() string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// unschedulableFor is how long a Pod may wait for a node (the scheduler
+// retries as others end) before the run gives up.
+const unschedulableFor = time.Minute
+
+// waitPod looks at the Pod until done says it is there, or fails.
+func (k *Cluster) waitPod(ctx context.Context, name string, done func(podStatus) (bool, error)) (podStatus, error) {
+	path := "/api/v1/namespaces/" + url.PathEscape(k.Namespace) + "/pods/" + url.PathEscape(name)
+	var since time.Time // when the Pod was first seen with no node for it
+	for {
+		raw, err := k.API.Do(ctx, http.MethodGet, path, nil, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return podStatus{}, ctx.Err()
+			}
+			return podStatus{}, fmt.Errorf("looking at pod %s: %w", name, err)
+		}
+		var p podStatus
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return podStatus{}, fmt.Errorf("looking at pod %s: %w", name, err)
+		}
+		ok, err := done(p)
+		if ok || err != nil {
+			return p, err
+		}
+		if why := p.unschedulable(); why == "" {
+			since = time.Time{}
+		} else if since.IsZero() {
+			since = time.Now()
+		} else if time.Since(since) > unschedulableFor {
+			return p, fmt.Errorf("no node can take pod %s: %s", name, why)
+		}
+		select {
+		case <-ctx.Done():
+			return podStatus{}, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
