@@ -139,15 +139,29 @@ func TestAllowlistClients(t *testing.T) {
 			}
 
 			// The log: the denied name once, though two clients asked for
-			// its A and AAAA; the refused port as a denial.
-			var dnsDenied int
+			// its A and AAAA: once within the gateway's 5 s, which a loaded
+			// machine's clients may take longer than; the refused port as a
+			// denial.
+			var dnsDenied []time.Time
+			var entries []map[string]any
 			for _, e := range decisions(t, s, true) {
 				if e["via"] == "dns" && e["host"] == "denied.test" {
-					dnsDenied++
+					at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(e["time"]))
+					if err != nil {
+						t.Fatalf("a decision's time: %v", err)
+					}
+					dnsDenied = append(dnsDenied, at)
+					entries = append(entries, e)
 				}
 			}
-			if dnsDenied != 1 {
-				t.Errorf("logs --denied has %d dns entries for denied.test, want 1", dnsDenied)
+			if len(dnsDenied) == 0 {
+				t.Error("logs --denied has no dns entry for denied.test")
+			}
+			for i := 1; i < len(dnsDenied); i++ {
+				if dnsDenied[i].Sub(dnsDenied[i-1]) < 5*time.Second {
+					t.Errorf("logs --denied has dns entries for denied.test within 5 s of each other, want one: %v", entries)
+					break
+				}
 			}
 			if kernel && !logged(decisions(t, s, true), "nat", "tcp.test", false) {
 				t.Errorf("logs --denied has no nat entry for tcp.test:8080")
