@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestGatewayPrivileges runs the gateway image as the generator has the
@@ -50,7 +51,7 @@ func TestGatewayPrivileges(t *testing.T) {
 	if subnet == "" {
 		t.Fatal("no free /24 for the test network")
 	}
-	t.Cleanup(func() { docker("network", "rm", network) })
+	t.Cleanup(func() { testenv.RemoveNetwork(network) })
 	base := strings.TrimSuffix(subnet, "0/24")
 
 	const netAdmin = 1 << 12 // CAP_NET_ADMIN

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // TestAllowlistJoin: a profile extending strict names, in network.join, a
@@ -24,7 +26,7 @@ func TestAllowlistJoin(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		docker("rm", "-f", server)
-		docker("network", "rm", network)
+		testenv.RemoveNetwork(network)
 	})
 	// Port offset 11354: HTTP on 11434, the echo servers on 11376 and 11361.
 	if _, err := docker("run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", network, "--name", server,

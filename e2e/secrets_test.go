@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // brokerNames are the names of the test's TLS server, each with what the
@@ -41,7 +43,7 @@ func startBrokerInternet(t *testing.T) *internet {
 		for _, id := range in.ids {
 			docker("rm", "-f", id)
 		}
-		docker("network", "rm", in.Network)
+		testenv.RemoveNetwork(in.Network)
 	})
 	in.CADir = filepath.Join(t.TempDir(), "certs")
 	makeTestCA(t, in.CADir, brokerNames[:len(brokerNames)-1]...)

@@ -209,6 +209,20 @@ func Docker(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// RemoveNetwork removes a network a test made, disconnecting first what is
+// still on it (a sandbox's gateway that its launcher's background work has
+// not removed yet): a network left behind holds one of the engine's
+// address pools, and the engine makes no network once they are all taken.
+func RemoveNetwork(name string) error {
+	if out, err := Docker("network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", name); err == nil {
+		for _, id := range strings.Fields(out) {
+			Docker("network", "disconnect", "-f", name, id)
+		}
+	}
+	_, err := Docker("network", "rm", name)
+	return err
+}
+
 // EnginePodman reports whether the tests' engine is Podman.
 func EnginePodman(tb testing.TB) bool {
 	tb.Helper()
