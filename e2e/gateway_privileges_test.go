@@ -50,7 +50,7 @@ func TestGatewayPrivileges(t *testing.T) {
 	if subnet == "" {
 		t.Fatal("no free /24 for the test network")
 	}
-	t.Cleanup(func() { docker("network", "rm", network) })
+	t.Cleanup(func() { removeNetwork(t, network) })
 	base := strings.TrimSuffix(subnet, "0/24")
 
 	const netAdmin = 1 << 12 // CAP_NET_ADMIN

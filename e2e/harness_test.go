@@ -275,6 +275,25 @@ func (s *sandbox) Leftovers() []string {
 	return left
 }
 
+// removeNetwork removes a network a test made, once nothing is attached to
+// it: a sandbox's gateway joins a test's outside network, and a launcher
+// removes it in the background, which may outlast the test's own cleanup
+// (which runs first). Bounded: a minute, then the error is the test's.
+func removeNetwork(t *testing.T, name string) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := docker("network", "rm", name)
+		if err == nil || strings.Contains(strings.ToLower(out+err.Error()), "not found") || strings.Contains(strings.ToLower(out+err.Error()), "no such network") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("removing the test's network %s: %v %s", name, err, out)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (s *sandbox) forceRemove() {
 	label := "label=dev.propio-sandbox.workspace=" + s.Workspace
 	if ids, _ := docker("ps", "-aq", "--filter", label); strings.TrimSpace(ids) != "" {

@@ -41,7 +41,7 @@ func startBrokerInternet(t *testing.T) *internet {
 		for _, id := range in.ids {
 			docker("rm", "-f", id)
 		}
-		docker("network", "rm", in.Network)
+		removeNetwork(t, in.Network)
 	})
 	in.CADir = filepath.Join(t.TempDir(), "certs")
 	makeTestCA(t, in.CADir, brokerNames[:len(brokerNames)-1]...)
