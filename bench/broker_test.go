@@ -61,7 +61,7 @@ func TestBrokerCost(t *testing.T) {
 	writeBenchCA(t, certs, "data.test", "pass.test")
 	inet := "propio-bench-broker-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	mustDocker(t, "network", "create", "--label", "dev.propio-sandbox.e2e=1", inet)
-	t.Cleanup(func() { testenv.RemoveNetwork(inet) })
+	t.Cleanup(func() { testenv.RemoveNetwork(t, inet) })
 	server := strings.TrimSpace(mustDocker(t, "run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", inet,
 		"--network-alias", "data.test", "--network-alias", "pass.test", "-v", certs+":/certs:ro", testenv.ProbeImage, "serve", "data"))
 	t.Cleanup(func() { testenv.Docker("rm", "-f", server) })

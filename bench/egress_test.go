@@ -80,7 +80,7 @@ func TestEgress(t *testing.T) {
 	}
 	inet := "propio-bench-inet-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	mustDocker(t, "network", "create", "--label", "dev.propio-sandbox.e2e=1", inet)
-	t.Cleanup(func() { testenv.RemoveNetwork(inet) })
+	t.Cleanup(func() { testenv.RemoveNetwork(t, inet) })
 	server := strings.TrimSpace(mustDocker(t, "run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", inet, "--network-alias", "data.test", testenv.ProbeImage, "serve", "data"))
 	t.Cleanup(func() { testenv.Docker("rm", "-f", server) })
 	direct := strings.TrimSpace(mustDocker(t, "run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", inet, testenv.ProbeImage, "sleep", "30m"))

@@ -58,7 +58,7 @@ func newInternet(t *testing.T) *internet {
 		for _, id := range in.ids {
 			docker("rm", "-f", id)
 		}
-		testenv.RemoveNetwork(in.Network)
+		testenv.RemoveNetwork(t, in.Network)
 	})
 	in.CADir = filepath.Join(t.TempDir(), "certs")
 	if err := os.MkdirAll(in.CADir, 0o755); err != nil {

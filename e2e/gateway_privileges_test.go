@@ -51,7 +51,7 @@ func TestGatewayPrivileges(t *testing.T) {
 	if subnet == "" {
 		t.Fatal("no free /24 for the test network")
 	}
-	t.Cleanup(func() { testenv.RemoveNetwork(network) })
+	t.Cleanup(func() { testenv.RemoveNetwork(t, network) })
 	base := strings.TrimSuffix(subnet, "0/24")
 
 	const netAdmin = 1 << 12 // CAP_NET_ADMIN

@@ -26,7 +26,7 @@ func TestAllowlistJoin(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		docker("rm", "-f", server)
-		testenv.RemoveNetwork(network)
+		testenv.RemoveNetwork(t, network)
 	})
 	// Port offset 11354: HTTP on 11434, the echo servers on 11376 and 11361.
 	if _, err := docker("run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", network, "--name", server,

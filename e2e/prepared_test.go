@@ -23,8 +23,10 @@ func TestPreparedGateway(t *testing.T) {
 		t.Skip("no gateway is prepared ahead on Podman: its internal networks do not keep the host out, and a fenced sandbox's namespace is made with its run")
 	}
 	s.uniqueWorkspace()
-	s.Prepared()
+	// The internet first: its cleanup runs after gc --prepared has removed
+	// the gateway prepared on it.
 	in := newInternet(t)
+	s.Prepared()
 	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
 	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
 

@@ -139,7 +139,7 @@ func fakeProvider(t *testing.T, cmd string) (network, id, certs string) {
 	if _, err := docker("network", "create", "--internal", "--label", "dev.propio-sandbox.e2e=1", network); err != nil {
 		t.Fatalf("creating the provider's network: %v", err)
 	}
-	t.Cleanup(func() { testenv.RemoveNetwork(network) })
+	t.Cleanup(func() { testenv.RemoveNetwork(t, network) })
 	out, err := docker("run", "-d", "--label", "dev.propio-sandbox.e2e=1", "--network", network,
 		"--network-alias", "provider.test", "-v", certs+":/certs:ro", ProbeImage, "provider", cmd)
 	if err != nil {

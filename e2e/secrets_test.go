@@ -43,7 +43,7 @@ func startBrokerInternet(t *testing.T) *internet {
 		for _, id := range in.ids {
 			docker("rm", "-f", id)
 		}
-		testenv.RemoveNetwork(in.Network)
+		testenv.RemoveNetwork(t, in.Network)
 	})
 	in.CADir = filepath.Join(t.TempDir(), "certs")
 	makeTestCA(t, in.CADir, brokerNames[:len(brokerNames)-1]...)

@@ -299,7 +299,7 @@ func TestSSHServerWithAgent(t *testing.T) {
 	if _, err := docker("network", "create", "--label", "dev.propio-sandbox.e2e=1", network); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { testenv.RemoveNetwork(network) })
+	t.Cleanup(func() { testenv.RemoveNetwork(t, network) })
 
 	priv, sshPub := testKey(t)
 	_, otherPriv, err := ed25519.GenerateKey(rand.Reader)

@@ -209,18 +209,26 @@ func Docker(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// RemoveNetwork removes a network a test made, disconnecting first what is
-// still on it (a sandbox's gateway that its launcher's background work has
-// not removed yet): a network left behind holds one of the engine's
-// address pools, and the engine makes no network once they are all taken.
-func RemoveNetwork(name string) error {
-	if out, err := Docker("network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", name); err == nil {
-		for _, id := range strings.Fields(out) {
-			Docker("network", "disconnect", "-f", name, id)
+// RemoveNetwork removes a network a test made, once nothing is attached
+// to it: a sandbox's gateway joins a test's outside network, and a launcher
+// removes it in the background, which may outlast the test's own cleanup
+// (which runs first). Bounded: a minute, then the error is the test's (a
+// gateway that never leaves is a leak). A network left behind holds one
+// of the engine's address pools.
+func RemoveNetwork(tb testing.TB, name string) {
+	tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := Docker("network", "rm", name)
+		if err == nil || strings.Contains(strings.ToLower(out+err.Error()), "not found") || strings.Contains(strings.ToLower(out+err.Error()), "no such network") {
+			return
 		}
+		if time.Now().After(deadline) {
+			tb.Errorf("removing the test's network %s: %v %s", name, err, out)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	_, err := Docker("network", "rm", name)
-	return err
 }
 
 // EnginePodman reports whether the tests' engine is Podman.
