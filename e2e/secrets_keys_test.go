@@ -175,8 +175,10 @@ func TestPreparedSecrets(t *testing.T) {
 	}
 	requireAgentImage(t)
 	s.uniqueWorkspace()
-	s.Prepared()
+	// The internet first: its cleanup runs after gc --prepared has removed
+	// the gateway prepared on it.
 	in := startBrokerInternet(t)
+	s.Prepared()
 	value := "sk-e2e-" + randomID() + randomID()
 	s.Env = append(s.Env, "HOST_LLM_TOKEN="+value, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
 	p := s.Profile(fmt.Sprintf(brokerProfile, in.CADir))
