@@ -559,9 +559,14 @@ var sexagesimal = regexp.MustCompile(`^[0-9]+(:[0-9]+)+$`)
 // normalize doubles dollar signs, and settles how strings are quoted, so that
 // the bytes do not depend on the YAML encoder's version: quoted strings are
 // double-quoted, and a uid:gid is always quoted.
-func normalize(n *yaml.Node) {
+func normalize(n *yaml.Node) { settleScalars(n, true) }
+
+// settleScalars settles how strings are quoted, so that the bytes do not
+// depend on the YAML encoder's version, and doubles dollar signs when
+// dollars (Compose reads $ as interpolation; Kubernetes' manifests do not).
+func settleScalars(n *yaml.Node, dollars bool) {
 	if n.Kind == yaml.ScalarNode {
-		if strings.Contains(n.Value, "$") {
+		if dollars && strings.Contains(n.Value, "$") {
 			n.Value = strings.ReplaceAll(n.Value, "$", "$$")
 		}
 		switch {
@@ -572,7 +577,7 @@ func normalize(n *yaml.Node) {
 		}
 	}
 	for _, c := range n.Content {
-		normalize(c)
+		settleScalars(c, dollars)
 	}
 }
 

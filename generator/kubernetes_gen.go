@@ -415,7 +415,7 @@ func RenderKubernetes(o *KubeObjects) ([]byte, error) {
 		if _, ok := obj.(*KubeSecret); ok {
 			n.HeadComment = "The values are the launcher's environment's, filled in by run: render never shows them."
 		}
-		kubeNormalize(&n)
+		settleScalars(&n, false)
 		if err := enc.Encode(&n); err != nil {
 			return nil, fmt.Errorf("rendering kubernetes objects: %w", err)
 		}
@@ -424,21 +424,4 @@ func RenderKubernetes(o *KubeObjects) ([]byte, error) {
 		return nil, fmt.Errorf("rendering kubernetes objects: %w", err)
 	}
 	return buf.Bytes(), nil
-}
-
-// kubeNormalize settles how strings are quoted, so that the bytes do not
-// depend on the YAML encoder's version (as normalize does, without
-// Compose's doubling of dollar signs).
-func kubeNormalize(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode {
-		switch {
-		case n.Style == yaml.SingleQuotedStyle:
-			n.Style = yaml.DoubleQuotedStyle
-		case n.Tag == "!!str" && n.Style == 0 && sexagesimal.MatchString(n.Value):
-			n.Style = yaml.DoubleQuotedStyle
-		}
-	}
-	for _, c := range n.Content {
-		kubeNormalize(c)
-	}
 }
