@@ -8,22 +8,43 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/egress"
 	"github.com/propio/propio-sandbox/internal/gateway"
-
-	// The roots the gateway verifies upstreams with when its container has
-	// no system store (FROM scratch, on a host whose store is not mounted
-	// in, as on macOS): Mozilla's, as Debian's ca-certificates ships them.
-	_ "golang.org/x/crypto/x509roots/fallback"
+	"golang.org/x/crypto/x509roots/fallback/bundle"
 )
+
+// fallbackRoots makes the roots the gateway verifies upstreams with when
+// its container has no system store (FROM scratch, on a host whose store
+// is not mounted in, as on macOS) Mozilla's, as Debian's ca-certificates
+// ships them: what golang.org/x/crypto/x509roots/fallback does as it is
+// imported, done here in the gateway only, and once, so that the
+// launcher, the same executable, does not parse 150 certificates each
+// time it starts.
+var fallbackRoots = sync.OnceFunc(func() {
+	pool := x509.NewCertPool()
+	for r := range bundle.Roots() {
+		cert, err := x509.ParseCertificate(r.Certificate)
+		if err != nil {
+			continue // x/crypto's own tests parse every one of them
+		}
+		if r.Constraint == nil {
+			pool.AddCert(cert)
+		} else {
+			pool.AddCertWithConstraint(cert, r.Constraint)
+		}
+	}
+	x509.SetFallbackRoots(pool)
+})
 
 // upstreamRoots are the roots the gateway verifies the upstreams whose TLS
 // it terminates with: the system's (the store mounted at its usual place,
 // else the ones built in) and the certificates of file, when given.
 func upstreamRoots(file string) (*x509.CertPool, error) {
+	fallbackRoots()
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()

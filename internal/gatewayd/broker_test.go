@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -114,5 +115,29 @@ func TestParseSecretsErrors(t *testing.T) {
 		if _, err := ParseSecrets([]string{bad}); err == nil {
 			t.Errorf("ParseSecrets(%q) took it", bad)
 		}
+	}
+}
+
+// TestFallbackRoots: a gateway whose container has no system store (FROM
+// scratch) still verifies upstreams, with the roots built in. The store is
+// read once per process, so the check runs in a process of its own whose
+// environment points the store at nothing.
+func TestFallbackRoots(t *testing.T) {
+	if os.Getenv("PROPIO_TEST_NO_STORE") == "1" {
+		pool, err := upstreamRoots("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		//lint:ignore SA1019 the count of a pool made here, not the system's
+		if n := len(pool.Subjects()); n < 100 {
+			t.Fatalf("with no system store, the gateway has %d roots; want the built-in ones (over 100)", n)
+		}
+		return
+	}
+	empty := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFallbackRoots$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PROPIO_TEST_NO_STORE=1", "SSL_CERT_FILE="+filepath.Join(empty, "none.pem"), "SSL_CERT_DIR="+empty)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }
