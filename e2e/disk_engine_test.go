@@ -31,6 +31,20 @@ import (
 // PROPIO_E2E=require).
 func ownEngine(t *testing.T, fstype, driver, image string) string {
 	t.Helper()
+	return startOwnEngine(t, fstype, driver, image).Host
+}
+
+// ownDockerd is a Docker daemon of the test's own.
+type ownDockerd struct {
+	Host   string // its DOCKER_HOST
+	Config string // its configuration file, which a SIGHUP has it read again
+	Proc   *os.Process
+}
+
+// startOwnEngine is ownEngine, with the daemon's configuration file and
+// process.
+func startOwnEngine(t *testing.T, fstype, driver, image string) *ownDockerd {
+	t.Helper()
 	missing := func(why string) {
 		t.Helper()
 		if os.Getenv("PROPIO_E2E") == "require" {
@@ -171,7 +185,7 @@ func ownEngine(t *testing.T, fstype, driver, image string) string {
 	if out, err := load.CombinedOutput(); err != nil {
 		t.Fatalf("loading %s into the test's dockerd: %v\n%s", image, err, out)
 	}
-	return host
+	return &ownDockerd{Host: host, Config: config, Proc: d.Process}
 }
 
 // ownSandbox is a sandbox on the engine at host, with the tests' disk cap,
@@ -233,4 +247,43 @@ func TestDiskWritableLayerNoQuota(t *testing.T) {
 	start := time.Now()
 	r = probeRun(s, p, "fs", "fill /big "+diskOver, "sleep 60s")
 	stoppedByCap(t, r, "its writable layer", time.Since(start))
+}
+
+// TestEngineInfoFollowsReload: a launch takes the engine's facts from what
+// the same engine process said before (its info costs each launch a round
+// trip of about 9 ms), until the engine reads its configuration file
+// again: a runtime added to it and loaded with a SIGHUP is seen by the
+// next launch, which a stale copy of the facts would refuse.
+func TestEngineInfoFollowsReload(t *testing.T) {
+	requireEngine(t)
+	e := startOwnEngine(t, "xfs", "overlay2", ProbeImage)
+	s := ownSandbox(t, e.Host)
+	p := s.Profile(probeOffline + "security: {runtime: propio-test-runtime}\n")
+
+	preflightRefused(t, s, probeRun(s, p, "echo", "ran"), "runtime", `no runtime "propio-test-runtime"`)
+	// Kept, and given back to the next launch while nothing changed.
+	preflightRefused(t, s, probeRun(s, p, "echo", "ran"), "runtime", `no runtime "propio-test-runtime"`)
+
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatalf("the engine's runc: %v", err)
+	}
+	conf := fmt.Sprintf(`{"runtimes": {"propio-test-runtime": {"path": %q}}}`+"\n", runc)
+	if err := os.WriteFile(e.Config, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Proc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, _ := exec.Command("docker", "-H", e.Host, "info", "--format", "{{json .Runtimes}}").Output()
+		if strings.Contains(string(out), "propio-test-runtime") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the test's dockerd did not load the runtime in 30 s: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	probeOK(t, probeRun(s, p, "clock"), "clock ")
 }

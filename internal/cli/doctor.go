@@ -113,6 +113,7 @@ func printable(s string) string {
 func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.Result, error) {
 	f := a.preflight(e, p, build)
 	f.ChangesetMode = sandbox.DoctorChangesetMode(e.sandbox())
+	f.Fresh = true
 	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
 	ctx := context.Background()
 	results := preflight.RunAll(ctx, f.Checks())

@@ -63,10 +63,14 @@ func (e withCode) Error() string { return e.err.Error() }
 func (e withCode) Unwrap() error { return e.err }
 
 func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
+	// The engine is reached while the profile is read.
+	early := sandbox.ConnectEarly(a.engineWant(), a.streams())
+	defer early.Close()
 	l, err := a.launch(cmd, args, f)
 	if err != nil {
 		return err
 	}
+	l.Early = early
 	code, err := l.Run(context.Background())
 	return a.launchResult(l, code, err)
 }

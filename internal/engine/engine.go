@@ -66,10 +66,17 @@ type Engine struct {
 	Kind string
 	// Rootless: a Podman running as an unprivileged user.
 	Rootless bool
+	// FreshInfo: Info asks the engine, even when the engine process has
+	// not changed since it was last asked (doctor).
+	FreshInfo bool
 
 	cli     *command.DockerCli
 	api     *apiClient
 	compose api.Compose
+
+	// identity names the engine's process, when it runs on this host
+	// (infocache.go); "" when it cannot be named.
+	identity string
 
 	infoMu       sync.Mutex
 	info         *Info               // the last Info read
@@ -111,7 +118,7 @@ func Connect(ctx context.Context, host string, s Streams) (*Engine, error) {
 // endpoint (TLS, ssh) when it has one.
 func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
 	host := loc.Host
-	kind, known, apiVersion := "", false, ""
+	kind, known, apiVersion, identity := "", false, "", ""
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
 		h, err := probeSocket(ctx, path)
 		if err != nil {
@@ -119,6 +126,7 @@ func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
 		}
 		kind, known = kindOf(h)
 		apiVersion = h.Get("Api-Version")
+		identity = daemonIdentity(path)
 	}
 	opts := []client.Opt{client.FromEnv, client.WithHost(host)}
 	if loc.opts != nil {
@@ -164,7 +172,7 @@ func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
-	e := &Engine{Host: host, Context: loc.Context, ContextFrom: loc.ContextFrom, Kind: Docker, cli: cli, api: api, compose: svc}
+	e := &Engine{Host: host, Context: loc.Context, ContextFrom: loc.ContextFrom, Kind: Docker, cli: cli, api: api, compose: svc, identity: identity}
 	if known {
 		e.Kind = kind
 	} else if err := e.identify(pctx); err != nil {

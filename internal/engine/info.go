@@ -14,8 +14,20 @@ import (
 // Info is what the engine says of itself (backend.Info).
 type Info = backend.Info
 
-// Info reads the engine's architecture, data directory and runtimes.
+// Info reads the engine's architecture, data directory and runtimes: as
+// the engine last said them, when its process and configuration are the
+// same since (infocache.go), unless FreshInfo.
 func (e *Engine) Info(ctx context.Context) (Info, error) {
+	if !e.FreshInfo {
+		if in, ok := cachedEngineInfo(e.Host, e.identity); ok && in.Kind == e.Kind {
+			in.Context, in.ContextFrom = e.Context, e.ContextFrom
+			in.Rootless = in.Rootless || e.Rootless
+			e.infoMu.Lock()
+			e.info = &in
+			e.infoMu.Unlock()
+			return in, nil
+		}
+	}
 	res, err := e.cli.Client().Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return Info{}, fmt.Errorf("reading the engine's info: %w", err)
@@ -43,6 +55,7 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 	in.Rootless = in.Rootless || e.Rootless
 	in.DockerDesktop = strings.Contains(res.Info.OperatingSystem, "Docker Desktop")
 	in.Storage = storageOf(res.Info, e.Kind, e.Host)
+	keepEngineInfo(e.identity, in)
 	e.infoMu.Lock()
 	e.info = &in
 	e.infoMu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
@@ -96,6 +97,14 @@ func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 	}}, nil
 }
 
+// freshInfo makes the engine's info be asked of it, not taken from what
+// its process said before.
+func (c *Conn) freshInfo() {
+	if e, ok := c.Runtime.(*engine.Engine); ok {
+		e.FreshInfo = true
+	}
+}
+
 // WithContext is the want that names the Docker context name, as
 // --context does.
 func WithContext(name string) string { return engine.WithContext(name) }
@@ -166,4 +175,63 @@ func execIn(ctx context.Context, rec Record, o execIO) (int, error) {
 		return 0, fmt.Errorf("running %v in sandbox %s: %w", o.Command, rec.Name, err)
 	}
 	return code, nil
+}
+
+// Early is a connection made while the launcher reads its profile: the
+// engine's sockets probed, the client set up and the version known by the
+// time the checks need them. It is made to the engine the command line
+// (or the environment) names; a profile that names another engine has its
+// own made as usual, and this one closed.
+type Early struct {
+	want string
+	done chan struct{}
+	conn *Conn
+	err  error
+	mu   sync.Mutex
+	used bool // taken by a launch, which closes it
+}
+
+// ConnectEarly starts connecting to the engine want names, as Connect does.
+func ConnectEarly(want string, s Streams) *Early {
+	e := &Early{want: cmp.Or(want, engine.Auto), done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.conn, e.err = Connect(context.Background(), want, s)
+	}()
+	return e
+}
+
+// take is the early connection's outcome when it was made to the engine
+// want names (ok), which the caller then owns; safe on a nil Early.
+func (e *Early) take(ctx context.Context, want string) (c *Conn, err error, ok bool) {
+	if e == nil || cmp.Or(want, engine.Auto) != e.want {
+		return nil, nil, false
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return nil, ctx.Err(), false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.used {
+		return nil, nil, false
+	}
+	e.used = true
+	return e.conn, e.err, true
+}
+
+// Close closes the connection unless a launch took it (stopping a Podman
+// service it started), once it is made; safe on a nil Early.
+func (e *Early) Close() {
+	if e == nil {
+		return
+	}
+	<-e.done
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.used {
+		e.used = true
+		e.conn.Close()
+	}
 }

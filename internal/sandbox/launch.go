@@ -56,6 +56,9 @@ type Launch struct {
 	// Hint says what to do about an engine that cannot be reached, for the
 	// preflight check that reaches it.
 	Hint func(error) error
+	// Early is the connection the command line started to the engine it
+	// names, before the profile was read; the launch closes it.
+	Early *Early
 	// Keep makes the launch a persistent sandbox's supervisor (up, start);
 	// nil for a run.
 	Keep *Keep
@@ -128,7 +131,7 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 		return l.resume(ctx)
 	}
 	// Nothing is created before every check has passed.
-	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint}
+	f := &Preflight{Env: l.Env, Profile: l.Profile, Ref: l.Ref, Engine: l.Engine, Build: l.Build, Streams: l.Streams, Hint: l.Hint, Early: l.Early}
 	defer func() { f.Conn.Close() }() // f.Conn is set by the checks, later
 	// The engine's sandboxes are listed while the other checks go on.
 	listed := make(chan namesResult, 1)

@@ -35,6 +35,13 @@ type Preflight struct {
 	// first (the profile says how, and may).
 	Missing bool
 
+	// Fresh: the engine's facts are asked of it, not taken from what its
+	// process said before (doctor).
+	Fresh bool
+	// Early, when set, is a connection started before the profile was
+	// read, used when it is to the engine the checks want.
+	Early *Early
+
 	// connected, when set, is told of the connection as soon as it is
 	// made (a launch lists the engine's sandboxes meanwhile).
 	connected func(*Conn)
@@ -69,7 +76,11 @@ func (f *Preflight) Checks() []preflight.Check {
 }
 
 func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {
-	c, err := Connect(ctx, cmp.Or(f.Engine, f.Profile.Engine), f.Streams)
+	want := cmp.Or(f.Engine, f.Profile.Engine)
+	c, err, early := f.Early.take(ctx, want)
+	if !early {
+		c, err = Connect(ctx, want, f.Streams)
+	}
 	if err != nil {
 		if f.Hint != nil {
 			err = f.Hint(err)
@@ -77,6 +88,9 @@ func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {
 		return nil, err
 	}
 	f.Conn = c
+	if f.Fresh {
+		c.freshInfo()
+	}
 	if f.connected != nil {
 		f.connected(c)
 	}
