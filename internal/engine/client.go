@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/compose/v5/pkg/api"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
 
@@ -22,6 +25,13 @@ import (
 // command) have been started: once started, a container that is gone has
 // ended, and was not "not created yet", which a list of the engine's
 // containers cannot tell apart.
+//
+// And it answers the Compose SDK's inspections of a one-off container
+// between its create and its start (three: the create's own, the run's,
+// and the start's) with the engine's first answer: nothing changes a
+// container that is created and not started, and each inspection is a
+// round trip the sandbox's start waits for.
+//
 // createBudget bounds a create the launcher has given up, and the removal
 // of what it made.
 const createBudget = 30 * time.Second
@@ -33,6 +43,9 @@ type apiClient struct {
 	onStarted  func(name string)
 	oneOffs    map[string]oneOff // by the one-off container's ID
 	started    map[string]bool   // projects whose one-off has been started
+	// unstarted are the inspections of one-offs that are created and not
+	// started yet, as the engine gave them (JSON), by container ID.
+	unstarted map[string]json.RawMessage
 }
 
 // oneOff is a one-off container created through the client.
@@ -61,6 +74,34 @@ func (c *apiClient) ContainerCreate(ctx context.Context, opts client.ContainerCr
 	return res, err
 }
 
+// ContainerInspect answers for a one-off container that is created and not
+// started with what the engine said of it first.
+func (c *apiClient) ContainerInspect(ctx context.Context, id string, opts client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	c.mu.Lock()
+	_, isOneOff := c.oneOffs[id]
+	raw, known := c.unstarted[id]
+	c.mu.Unlock()
+	if known && !opts.Size {
+		res := client.ContainerInspectResult{Raw: raw}
+		// A copy of its own for each caller.
+		if err := json.Unmarshal(raw, &res.Container); err == nil {
+			return res, nil
+		}
+	}
+	res, err := c.APIClient.ContainerInspect(ctx, id, opts)
+	if err == nil && isOneOff && !opts.Size && res.Container.State != nil && res.Container.State.Status == container.StateCreated {
+		c.mu.Lock()
+		if !c.started[c.oneOffs[id].project] {
+			if c.unstarted == nil {
+				c.unstarted = map[string]json.RawMessage{}
+			}
+			c.unstarted[id] = slices.Clone(res.Raw)
+		}
+		c.mu.Unlock()
+	}
+	return res, err
+}
+
 // ContainerStart records the project's one-off as started as soon as its
 // start is asked for: from then on the SDK forwards the launcher's signals
 // to it (a kill that finds it not running yet goes to the notRunning hook),
@@ -68,6 +109,7 @@ func (c *apiClient) ContainerCreate(ctx context.Context, opts client.ContainerCr
 func (c *apiClient) ContainerStart(ctx context.Context, id string, opts client.ContainerStartOptions) (client.ContainerStartResult, error) {
 	c.mu.Lock()
 	one, isOneOff := c.oneOffs[id]
+	delete(c.unstarted, id) // it changes from now on
 	if isOneOff {
 		if c.started == nil {
 			c.started = map[string]bool{}
