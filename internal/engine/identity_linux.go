@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +16,8 @@ import (
 // its pid and start time, this boot's ID, and the configuration file it
 // reads (its path, size, mtime and inode), so that another process, or the
 // same one after its configuration changed, has another name. "" when the
-// process cannot be seen from here (another pid namespace).
+// process cannot be seen from here (another pid namespace) or is not
+// known to be the engine (see daemonConfigFile).
 func daemonIdentity(path string) string {
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
@@ -69,13 +71,20 @@ func daemonIdentity(path string) string {
 
 // daemonConfigFile is the configuration file a dockerd with this command
 // line, run by uid, reads, and reads again on a reload: its
-// --config-file, else the default (root's: a rootless dockerd's default is
-// in its user's home, not known here: known is false). "" for another
-// program: Podman reads its configuration once, as it starts.
+// --config-file, else the default; "" for Podman, which reads its
+// configuration once, as it starts. known is false when that cannot be
+// told: a rootless dockerd's default is in its user's home, and another
+// program (systemd, which listens on the socket of an engine it starts on
+// demand, and stays the same process when the engine starts again) does
+// not name the engine.
 func daemonConfigFile(cmdline []byte, uid uint32) (conf string, known bool) {
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(args) == 0 || !strings.HasSuffix(args[0], "dockerd") {
+	switch filepath.Base(args[0]) {
+	case "podman":
 		return "", true
+	case "dockerd":
+	default:
+		return "", false
 	}
 	for i, a := range args {
 		if v, ok := strings.CutPrefix(a, "--config-file="); ok {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -64,15 +63,21 @@ func TestDaemonIdentity(t *testing.T) {
 			c.Close()
 		}
 	}()
-	id := daemonIdentity(sock)
-	if !strings.HasPrefix(id, "pid "+strconv.Itoa(os.Getpid())+" start ") {
-		t.Fatalf("identity of this process's socket = %q; want its pid and start time", id)
-	}
-	if again := daemonIdentity(sock); again != id {
-		t.Errorf("identity changed with nothing changed: %q, then %q", id, again)
+	// This test process is no engine: its socket's process is not named.
+	if id := daemonIdentity(sock); id != "" {
+		t.Fatalf("identity of a socket of the test's own = %q; want none: not an engine", id)
 	}
 	if got := daemonIdentity(filepath.Join(t.TempDir(), "none.sock")); got != "" {
 		t.Errorf("identity of no socket = %q; want none", got)
+	}
+	// The tests' engine, when it is a dockerd of this host.
+	if id := daemonIdentity("/var/run/docker.sock"); id != "" {
+		if !strings.HasPrefix(id, "pid ") || !strings.Contains(id, " start ") || !strings.Contains(id, " config ") {
+			t.Errorf("identity of the engine = %q; want its pid, start time and configuration file", id)
+		}
+		if again := daemonIdentity("/var/run/docker.sock"); again != id {
+			t.Errorf("identity changed with nothing changed: %q, then %q", id, again)
+		}
 	}
 
 	conf := filepath.Join(t.TempDir(), "daemon.json")
@@ -87,6 +92,7 @@ func TestDaemonIdentity(t *testing.T) {
 		{"dockerd\x00--config-file=" + conf + "\x00", 1000, conf, true},
 		{"dockerd\x00", 1000, "", false}, // rootless: its default is in its user's home
 		{"/usr/bin/podman\x00system\x00service\x00", 1000, "", true},
+		{"/lib/systemd/systemd\x00--system\x00", 0, "", false}, // listening for an engine it starts on demand
 	} {
 		got, known := daemonConfigFile([]byte(c.cmdline), c.uid)
 		if got != c.conf || known != c.known {
