@@ -172,9 +172,7 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 	if err := r.fenceFirst(ctx); err != nil {
 		return 0, err
 	}
-	// Watched from the sandbox's start: nothing is written before it, and
-	// the watch's questions would only slow the engine as it creates it.
-	r.watch = w.start
+	w.start()
 	code, err = r.runOne(ctx)
 	if err != nil && plan != nil && plan.StorageOpt != "" && errors.Is(err, backend.ErrStorageOptRefused) && ctx.Err() == nil {
 		// The engine cannot cap the writable layer after all (its storage
@@ -184,6 +182,7 @@ func Run(ctx context.Context, rt backend.Runtime, project *types.Project, o RunO
 		plan.StorageOpt = ""
 		svc.StorageOpt = nil
 		project.Services[generator.Service] = svc
+		w.start()
 		code, err = r.runOne(ctx)
 	}
 	if err == nil && o.Keep != nil {
@@ -272,7 +271,6 @@ type run struct {
 
 	ended     bool                   // the command ran to its end: its container has exited
 	container atomic.Pointer[string] // the sandbox's container's name, once started
-	watch     func()                 // starts the disk watch, once the sandbox has started
 }
 
 // hearSignals hears the launcher's signals for the whole run, and returns
@@ -474,7 +472,6 @@ func (r *run) volume(svc types.ServiceConfig, c backend.VolumeCopy) backend.Volu
 // sandbox, detached, or started again when it is made already.
 func (r *run) runOne(ctx context.Context) (int, error) {
 	if k := r.o.Keep; k.resuming() {
-		r.startWatch()
 		return 0, k.start(ctx, r)
 	}
 	project, err := r.gatewayFirst(ctx)
@@ -490,20 +487,12 @@ func (r *run) runOne(ctx context.Context) (int, error) {
 		NotRunning: r.stopStart,
 		Detach:     r.o.Keep != nil,
 		Started: func(name string) {
-			r.startWatch()
 			r.container.Store(&name)
 			if r.o.Started != nil {
 				r.o.Started(name)
 			}
 		},
 	})
-}
-
-// startWatch starts the disk watch, if there is one.
-func (r *run) startWatch() {
-	if r.watch != nil {
-		r.watch()
-	}
 }
 
 // gatewayFirst starts the project's gateway alone (made, or made already
@@ -559,15 +548,11 @@ type diskWatch struct {
 	plan  *backend.DiskPlan
 	kill  func()
 	over  atomic.Pointer[backend.DiskCapError]
-	mu    sync.Mutex
 	ended func() // ends the running watch and waits for it
 }
 
-// start starts the watch, unless it runs.
 func (w *diskWatch) start() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.plan == nil || w.plan.Watch == nil || w.ended != nil {
+	if w.plan == nil || w.plan.Watch == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -584,12 +569,9 @@ func (w *diskWatch) start() {
 
 // stop ends the watch, if one runs, and waits for it.
 func (w *diskWatch) stop() {
-	w.mu.Lock()
-	ended := w.ended
-	w.ended = nil
-	w.mu.Unlock()
-	if ended != nil {
-		ended()
+	if w.ended != nil {
+		w.ended()
+		w.ended = nil
 	}
 }
 
