@@ -50,34 +50,27 @@ type Violation struct {
 	Message string
 }
 
-var (
-	compileOnce sync.Once
-	compiled    = map[string]*jsonschema.Schema{}
-	compileErr  error
-)
+// schemas are the embedded schemas, each compiled once, when first used:
+// a launch needs only the profile's.
+var schemas = map[string]func() (*jsonschema.Schema, error){
+	ProfileURL: sync.OnceValues(func() (*jsonschema.Schema, error) { return compile(ProfileURL, ProfileJSON) }),
+	DoctorURL:  sync.OnceValues(func() (*jsonschema.Schema, error) { return compile(DoctorURL, DoctorJSON) }),
+}
 
-func compile() error {
-	compileOnce.Do(func() {
-		c := jsonschema.NewCompiler()
-		for url, doc := range map[string][]byte{ProfileURL: ProfileJSON, DoctorURL: DoctorJSON} {
-			v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-			if err != nil {
-				compileErr = fmt.Errorf("decoding embedded schema %s: %w", url, err)
-				return
-			}
-			if err := c.AddResource(url, v); err != nil {
-				compileErr = fmt.Errorf("adding embedded schema %s: %w", url, err)
-				return
-			}
-			s, err := c.Compile(url)
-			if err != nil {
-				compileErr = fmt.Errorf("compiling embedded schema %s: %w", url, err)
-				return
-			}
-			compiled[url] = s
-		}
-	})
-	return compileErr
+func compile(url string, doc []byte) (*jsonschema.Schema, error) {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return nil, fmt.Errorf("decoding embedded schema %s: %w", url, err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(url, v); err != nil {
+		return nil, fmt.Errorf("adding embedded schema %s: %w", url, err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("compiling embedded schema %s: %w", url, err)
+	}
+	return s, nil
 }
 
 // ValidateProfile checks a decoded profile document (maps, slices, strings,
@@ -94,10 +87,11 @@ func ValidateDoctor(doc any) ([]Violation, error) {
 }
 
 func validate(url string, doc any) ([]Violation, error) {
-	if err := compile(); err != nil {
+	compiled, err := schemas[url]()
+	if err != nil {
 		return nil, err
 	}
-	err := compiled[url].Validate(doc)
+	err = compiled.Validate(doc)
 	if err == nil {
 		return nil, nil
 	}

@@ -92,7 +92,7 @@ func Parse(file, dir string, r io.Reader) (*Document, error) {
 	plain, structural := toPlain(file, root)
 	errs = append(errs, structural...)
 	if len(structural) == 0 {
-		violations, err := schema.ValidateProfile(plain)
+		violations, err := validateProfile(plain)
 		if err != nil {
 			return nil, err
 		}
