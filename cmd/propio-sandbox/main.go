@@ -6,10 +6,8 @@ import (
 	"os"
 
 	"github.com/propio/propio-sandbox/internal/cli"
-	"github.com/propio/propio-sandbox/internal/initgc"
 )
 
 func main() {
-	initgc.Restore()
 	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/initgc"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
@@ -42,6 +43,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return report(stderr, err)
 }
+
+// launches is the annotation of the commands that launch a sandbox (run,
+// and the root, which runs).
+const launches = "launches"
 
 // app is what every subcommand shares.
 type app struct {
@@ -106,7 +111,15 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
 	root.PersistentFlags().StringVar(&a.engine, "engine", "", "container `ENGINE`: auto, docker or podman (default: the profile's engine, else auto)")
 	root.PersistentFlags().StringVar(&a.context, "context", "", "Docker `CONTEXT` to run on, as docker --context (default: DOCKER_HOST, else DOCKER_CONTEXT, else the docker CLI's current context)")
-	root.PersistentPreRunE = a.checkEngineFlags
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		// The collector is held off (internal/initgc) until a launch's
+		// sandbox has started; other commands have it at once.
+		if cmd.Annotations[launches] == "" {
+			initgc.Restore()
+		}
+		return a.checkEngineFlags(cmd, args)
+	}
+	root.Annotations = map[string]string{launches: "yes"}
 	rootRun.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/moby/term"
+	"github.com/propio/propio-sandbox/internal/initgc"
 	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
@@ -41,7 +42,8 @@ With --changeset (or workspace.mode: changeset in the profile), the sandbox writ
 a changeset instead: the workspace stays as it is, and run prints the changeset's id;
 review it with diff, then apply or discard it. --resume ID continues one.
 PROPIO_SANDBOX_CHANGESET_MODE=overlay|copy|auto chooses how it is made.`,
-		RunE: func(cmd *cobra.Command, args []string) error { return a.run(cmd, args, f) },
+		RunE:        func(cmd *cobra.Command, args []string) error { return a.run(cmd, args, f) },
+		Annotations: map[string]string{launches: "yes"},
 	}
 	f.register(cmd)
 	return cmd
@@ -71,6 +73,10 @@ func (a *app) run(cmd *cobra.Command, args []string, f runFlags) error {
 		return err
 	}
 	l.Early = early
+	// The collector, held off from the launcher's start, runs again once
+	// the sandbox has started, or the launch has ended.
+	defer initgc.Restore()
+	l.Started = initgc.Restore
 	code, err := l.Run(context.Background())
 	return a.launchResult(l, code, err)
 }

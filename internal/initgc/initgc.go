@@ -1,22 +1,39 @@
-// Package initgc keeps the garbage collector off while the launcher's
-// packages initialize, and Restore puts it back as the environment set it
-// (GOGC) once main starts.
+// Package initgc holds the garbage collector off from the launcher's
+// start until Restore puts it back as the environment set it (GOGC,
+// GOMEMLIMIT): through the packages' initialization, and, for a launch,
+// until its sandbox has started.
 //
-// The launcher is started once per sandbox, and sometimes per command:
-// its packages' initialization (the JSON Schema library compiles the
-// meta-schemas of five drafts, and the Compose SDK's dependencies make
-// their tables) allocates about 10 MB, over which the collector, started
-// at 4 MB, would run a few times for nothing: all of it is kept. This
-// package imports only runtime/debug, so that it is initialized before
-// those (packages are initialized in the order of their import paths
-// among those whose imports are ready; it is imported by main).
+// The launcher is started once per sandbox, and sometimes per command,
+// and its start is what a user waits for. Its packages' initialization
+// (the JSON Schema library compiles the meta-schemas of five drafts, the
+// Compose SDK's dependencies make their tables) and a launch up to the
+// sandbox's start allocate about 7 MB, nearly all of it kept: the
+// collector, which starts at 4 MB, would run two or three times for next
+// to nothing, on the CPU the launch needs. While it is held, a memory
+// limit of 64 MiB still has it run, should a command allocate more.
+//
+// This package imports only runtime/debug and sync, so that it is
+// initialized before the heavy packages (packages are initialized in the
+// order of their import paths among those whose imports are ready).
 package initgc
 
-import "runtime/debug"
+import (
+	"runtime/debug"
+	"sync"
+)
 
-// percent is the collector's setting before initialization turned it off.
-var percent = debug.SetGCPercent(-1)
+// held is the memory limit while the collector is held.
+const held = 64 << 20
 
-// Restore turns the collector back on as it was set before packages were
-// initialized. main calls it first.
-func Restore() { debug.SetGCPercent(percent) }
+var (
+	// percent and limit are the collector's settings before it was held.
+	percent = debug.SetGCPercent(-1)
+	limit   = debug.SetMemoryLimit(min(debug.SetMemoryLimit(-1), held))
+)
+
+// Restore turns the collector back on as it was set before; it may be
+// called any number of times.
+var Restore = sync.OnceFunc(func() {
+	debug.SetGCPercent(percent)
+	debug.SetMemoryLimit(limit)
+})

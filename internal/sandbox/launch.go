@@ -56,6 +56,9 @@ type Launch struct {
 	// Hint says what to do about an engine that cannot be reached, for the
 	// preflight check that reaches it.
 	Hint func(error) error
+	// Started, when set, is called once the sandbox's container has
+	// started.
+	Started func()
 	// Early is the connection the command line started to the engine it
 	// names, before the profile was read; the launch closes it.
 	Early *Early
@@ -527,7 +530,12 @@ func (s *launch) buildFirst(ctx context.Context) (int, error) {
 
 // started is told the sandbox's container has been started: the next
 // run's gateway may be prepared now.
-func (s *launch) started(string) { s.prepareNext() }
+func (s *launch) started(string) {
+	if s.Started != nil {
+		s.Started()
+	}
+	s.prepareNext()
+}
 
 // adjustAll applies what the launch found out to the host facts.
 func (s *launch) adjustAll(h *generator.Host) {
