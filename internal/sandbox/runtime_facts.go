@@ -15,5 +15,6 @@ func hostFacts(f backend.Facts) generator.EngineFacts {
 		KeepID:           f.KeepID,
 		UserSpaceGateway: f.UserSpaceGateway,
 		FencedNetns:      !f.InternalNetworks,
+		Remote:           f.Remote,
 	}
 }

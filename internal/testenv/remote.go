@@ -200,7 +200,10 @@ func relayInto(tb testing.TB, netns, addr string) string {
 }
 
 // dialInNetns connects to addr from inside the network namespace at path:
-// the socket is made by a thread that has entered it, and stays there.
+// the socket is made by a thread that has entered it (and stays there),
+// then the thread goes back to this process's namespace. (A thread left in
+// it would make the process one of the namespace's, which removing the
+// engine kills.)
 func dialInNetns(path, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
@@ -208,20 +211,30 @@ func dialInNetns(path, addr string) (net.Conn, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// Never unlocked: the thread, in the other namespace, ends with
-		// the goroutine.
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		defer home.Close()
 		f, err := os.Open(path)
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{nil, err}
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{nil, fmt.Errorf("entering %s: %w", path, err)}
 			return
 		}
 		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if serr := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); serr == nil {
+			runtime.UnlockOSThread()
+		} // else: locked, the thread ends with the goroutine
 		ch <- result{c, err}
 	}()
 	r := <-ch

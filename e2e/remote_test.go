@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	launch "github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/testenv"
+)
+
+// remoteScript runs in a mount namespace of its own (unshare -m), as a
+// launcher on another machine than its engine: its base directory ($1) is
+// a tmpfs that only this namespace sees, holding the workspace, HOME (the
+// changesets, the account files) and a directory a profile mounts, so that
+// no path of the launcher's exists for the engine. Then each command named
+// after it ($2...: run, doctor, diff, apply, cat) runs in the workspace,
+// its output after a "== N" line and followed by "== N exit CODE".
+const remoteScript = `set -u
+base=$1; shift
+mount -t tmpfs -o size=32m,mode=0755 propio-remote-test "$base" || exit 99
+mkdir -p "$base/workspace" "$base/home" "$base/data"
+printf 'original\n' > "$base/workspace/kept.txt"
+printf 'read from afar\n' > "$base/data/in.txt"
+export HOME="$base/home" XDG_CONFIG_HOME="$base/home/.config" XDG_STATE_HOME="$base/home/.local/state"
+cd "$base/workspace"
+n=0
+for step in "$@"; do
+	n=$((n+1))
+	echo "== $n"
+	sh -c "$step" 2>&1
+	code=$?
+	printf '\n== %s exit %s\n' "$n" "$code"
+done
+`
+
+// remoteSteps runs the steps in remoteScript's namespace and returns each
+// one's output and exit code.
+func remoteSteps(t *testing.T, env []string, base string, steps ...string) (outs []string, codes []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", remoteScript, "sh", base}, steps...)...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil || err != nil {
+		t.Fatalf("the launcher's namespace: %v (%v):\n%s", err, ctx.Err(), out)
+	}
+	parts := regexp.MustCompile(`(?m)^== \d+\n`).Split(string(out), -1)[1:]
+	end := regexp.MustCompile(`(?m)^== \d+ exit (\d+)\n?$`)
+	for _, p := range parts {
+		m := end.FindStringSubmatchIndex(p)
+		if m == nil {
+			t.Fatalf("a step's output has no exit line:\n%s", out)
+		}
+		outs, codes = append(outs, strings.TrimSuffix(p[:m[0]], "\n")), append(codes, p[m[2]:m[3]])
+	}
+	if len(outs) != len(steps) {
+		t.Fatalf("%d steps ran, want %d:\n%s", len(outs), len(steps), out)
+	}
+	return outs, codes
+}
+
+// TestRemoteEngine: an engine on "another machine" (a dockerd of the
+// test's own, reached through ssh:// by Debian's sshd on loopback, and
+// through tcp:// with mutual TLS, by docker contexts) runs a sandbox of a
+// launcher whose workspace it cannot see (a tmpfs of the launcher's own
+// mount namespace). The workspace goes there by copy and the sandbox's
+// writes come back as a changeset that diff shows and apply writes; a
+// mount in mode ro is copied there and stays read-only; a mount in mode
+// rw is refused at its place in the profile. The same engine reached
+// through its unix socket is taken for this host's, and its bind mount of
+// the workspace visibly fails. Nothing is left on either engine.
+func TestRemoteEngine(t *testing.T) {
+	requireEngine(t)
+	if testenv.EnginePodman(t) {
+		t.Skip("starts a Docker engine of the test's own; the Podman pass has no remote engine to test")
+	}
+	r := testenv.PrivateRemoteDocker(t, ProbeImage)
+	cfg := t.TempDir()
+	dockerCLI := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("docker", args...)
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+cfg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("docker %v: %v: %s", args, err, out)
+		}
+	}
+	dockerCLI("context", "create", "remote-ssh", "--docker", "host="+r.SSHHost)
+	dockerCLI("context", "create", "remote-tls", "--docker", "host="+r.TLSHost+
+		",ca="+filepath.Join(r.CertDir, "ca.pem")+",cert="+filepath.Join(r.CertDir, "cert.pem")+",key="+filepath.Join(r.CertDir, "key.pem"))
+
+	base := filepath.Join(t.TempDir(), "launcher")
+	if err := os.Mkdir(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(base, "workspace")
+	profiles := t.TempDir()
+	profile := func(name, yaml string) string {
+		p := filepath.Join(profiles, name+".yaml")
+		if err := os.WriteFile(p, []byte("image: "+ProbeImage+"\nnetwork: {mode: none}\n"+yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ro := profile("ro", "mounts:\n  - {source: "+base+"/data, target: /data, mode: ro}\n")
+	rw := profile("rw", "mounts:\n  - source: "+base+"/data\n    target: /data\n    mode: rw\n")
+	env := []string{
+		"PATH=" + r.SSHBin + ":" + os.Getenv("PATH"),
+		"DOCKER_CONFIG=" + cfg,
+		"PROPIO_HOME=" + repoRoot(),
+		launch.EnvPrepare + "=0",
+	}
+	ps := launcher
+
+	for _, tc := range []struct{ name, context string }{{"ssh", "remote-ssh"}, {"tls", "remote-tls"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			outs, codes := remoteSteps(t, append(env, "DOCKER_CONTEXT="+tc.context), base,
+				ps+" doctor -p "+ro,
+				ps+" run -p "+ro+" -- read /data/in.txt",
+				ps+" run -p "+ro+" -- write /data/in.txt changed",
+				ps+` run -p `+ro+` -- fs "write new.txt made afar" "write kept.txt changed afar"`,
+				ps+" diff --stat",
+				ps+" apply",
+				"cat new.txt kept.txt",
+				ps+" run -p "+rw+" -- exit 0",
+			)
+			t.Logf("%s: %d steps in %s", tc.name, len(outs), time.Since(start).Round(time.Millisecond))
+			if line := doctorLine(outs[0], "engine"); !strings.Contains(line, "on another machine (the engine at tcp://") && !strings.Contains(line, "on another machine (the engine at ssh://") {
+				t.Errorf("doctor's engine line does not say the engine is on another machine:\n%s", outs[0])
+			}
+			if codes[1] != "0" || !strings.Contains(outs[1], "read from afar") {
+				t.Errorf("reading the ro mount's copy: exit %s:\n%s", codes[1], outs[1])
+			}
+			if codes[2] == "0" || !strings.Contains(outs[2], "read-only file system") {
+				t.Errorf("writing to the ro mount's copy: exit %s:\n%s", codes[2], outs[2])
+			}
+			for _, w := range []string{"is reached over the network: the workspace goes there by copy", "changeset ", "(2 changes, copy)"} {
+				if !strings.Contains(outs[3], w) {
+					t.Errorf("the run that writes does not say %q: exit %s:\n%s", w, codes[3], outs[3])
+				}
+			}
+			if codes[3] != "0" {
+				t.Errorf("the run that writes: exit %s:\n%s", codes[3], outs[3])
+			}
+			if codes[4] != "0" || !strings.Contains(outs[4], "new.txt") || !strings.Contains(outs[4], "kept.txt") || !strings.Contains(outs[4], "2 files changed") {
+				t.Errorf("diff --stat: exit %s:\n%s", codes[4], outs[4])
+			}
+			if codes[5] != "0" || codes[6] != "0" || outs[6] != "made afarchanged afar" {
+				t.Errorf("apply: exit %s:\n%s\nthe workspace then: exit %s: %q", codes[5], outs[5], codes[6], outs[6])
+			}
+			if codes[7] != "3" || !strings.Contains(outs[7], filepath.Join(profiles, "rw.yaml")+":6:") || !strings.Contains(outs[7], "mounts[0].mode: rw") || !strings.Contains(outs[7], "use mode changeset") {
+				t.Errorf("a mount in mode rw on a remote engine: exit %s, want 3 and its place:\n%s", codes[7], outs[7])
+			}
+			remoteLeftovers(t, r.Engine, ws)
+		})
+	}
+
+	t.Run("local socket binds and fails", func(t *testing.T) {
+		outs, codes := remoteSteps(t, append(env, "DOCKER_HOST="+r.Host), base,
+			ps+" doctor -p "+ro,
+			ps+" run -p "+ro+" -- read kept.txt",
+		)
+		if strings.Contains(doctorLine(outs[0], "engine"), "on another machine") {
+			t.Errorf("the engine at its unix socket is taken for another machine's:\n%s", outs[0])
+		}
+		if codes[1] == "0" || !strings.Contains(outs[1], "bind source path does not exist: "+base+"/") {
+			t.Errorf("the engine bind-mounted a workspace it cannot see: exit %s:\n%s", codes[1], outs[1])
+		}
+		remoteLeftovers(t, r.Engine, ws)
+	})
+
+	if out, err := docker("ps", "-aq", "--filter", "label=dev.propio-sandbox.workspace="+ws); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("the tests' engine has containers of the remote sandboxes: %v %s", err, out)
+	}
+}
+
+// remoteLeftovers fails t when the engine keeps, a few seconds after the
+// launcher has gone, a container, volume or network of the workspace's.
+func remoteLeftovers(t *testing.T, e *testenv.Engine, workspace string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := privateLeftovers(t, e, workspace)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left on the remote engine: %v", left)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
