@@ -1,0 +1,105 @@
+package generator_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/profile"
+)
+
+// On a remote engine, directories the sandbox reads are snapshots (volumes
+// the launch fills with a copy, mounted read-only, never copied back),
+// the account files and git configuration are not mounted, and no service
+// mounts a path of this host: a mount that would is an error naming it.
+func TestRemoteEngine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profile.yaml")
+	yaml := "image: img:1\nnetwork: {mode: none}\nuser: host\nworkspace: {mode: ro}\ngit: {config: true}\nssh_agent: \"off\"\n" +
+		"mounts:\n  - {source: /srv/data, target: /data, mode: ro}\n  - {source: /srv/repo, target: /repo, mode: changeset}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Locations{}.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	h.Matches, h.Guard = nil, nil
+	h.Engine.Remote = true
+	h.Changeset = &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetCopy, Mounts: []generator.ChangesetMount{
+		{Name: "mount-1", Source: "/srv/repo", Target: "/repo", CopyIn: "/srv/repo", CopyOut: "/state/tree"},
+	}}
+	proj, err := generator.Generate(p, h, generator.Options{Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := proj.Services[generator.Service]
+	var got []string
+	for _, v := range svc.Volumes {
+		got = append(got, v.Type+" "+v.Source+" "+v.Target+" "+map[bool]string{true: "ro", false: "rw"}[v.ReadOnly])
+	}
+	want := []string{"volume snapshot-workspace /workspace ro", "volume snapshot-mount-0 /data ro", "volume changeset-mount-1 /repo rw"}
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts %q, want %q", got, want)
+	}
+	for _, key := range []string{"snapshot-workspace", "snapshot-mount-0"} {
+		v, ok := proj.Volumes[key]
+		if !ok || v.Name != project+"-"+key || v.Labels[generator.LabelWorkspace] != h.Workspace {
+			t.Errorf("volume %s: %+v", key, v)
+		}
+	}
+	ext, err := generator.ReadExtension(proj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCopies := []generator.VolumeCopy{{Volume: "snapshot-workspace", In: h.Workspace}, {Volume: "snapshot-mount-0", In: "/srv/data"}}
+	if !slices.Equal(ext.Copies, wantCopies) || ext.Changeset == nil || len(ext.Changeset.Copies) != 1 {
+		t.Errorf("extension copies %+v and changeset %+v, want %+v and the changeset's one", ext.Copies, ext.Changeset, wantCopies)
+	}
+	// Rendered and loaded back, the snapshots are still there.
+	out, err := generator.Render(proj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  proj.WorkingDir,
+		ConfigFiles: []types.ConfigFile{{Filename: "compose.yaml", Content: out}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName(project, true) })
+	if err != nil {
+		t.Fatalf("compose-go cannot load the rendered project: %v\n%s", err, out)
+	}
+	if ext2, err := generator.ReadExtension(back); err != nil || !slices.Equal(ext2.Copies, wantCopies) {
+		t.Errorf("loaded back: %+v, %v", ext2.Copies, err)
+	}
+
+	// A hidden file is an empty file of this host mounted over it.
+	h.Matches = []generator.Match{{Path: ".env", Hide: true}}
+	_, err = generator.Generate(p, h, generator.Options{Project: project})
+	var rm *generator.RemoteMountError
+	if !errors.As(err, &rm) || len(rm.Mounts) != 1 || !strings.Contains(rm.Mounts[0], h.EmptyFile+" at /workspace/.env (service agent)") || len(rm.Hints()) == 0 {
+		t.Errorf("a hidden file on a remote engine: %v", err)
+	}
+	// Without a remote engine, it is all bind mounts, as always.
+	h.Engine.Remote, h.Matches = false, nil
+	proj, err = generator.Generate(p, h, generator.Options{Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	binds := 0
+	for _, v := range proj.Services[generator.Service].Volumes {
+		if v.Type == types.VolumeTypeBind {
+			binds++
+		}
+	}
+	if binds < 4 { // the workspace, /data, the account files, the git configuration
+		t.Errorf("a local engine's project has %d bind mounts", binds)
+	}
+}
