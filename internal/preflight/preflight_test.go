@@ -433,8 +433,8 @@ func TestSSHAgentCheck(t *testing.T) {
 		ok          bool
 		reason      string
 	}{
-		"on, a remote engine":   {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": live}, remote: true, reason: "reached over the network: SSH agent forwarding is on, and the agent's socket cannot be mounted into a sandbox on another machine"},
-		"auto, a remote engine": {profileMode: "auto", env: map[string]string{"SSH_AUTH_SOCK": live}, remote: true, ok: true},
+		"on, a remote engine":         {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": live}, remote: true, reason: "reached over the network: SSH agent forwarding is on, and the agent's socket cannot be mounted into a sandbox on another machine"},
+		"auto, a remote engine":       {profileMode: "auto", env: map[string]string{"SSH_AUTH_SOCK": live}, remote: true, ok: true},
 		"off":                         {profileMode: "off", ok: true},
 		"auto without an agent":       {profileMode: "auto", ok: true},
 		"on with an agent":            {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": live}, ok: true},
