@@ -27,6 +27,9 @@ mount -t tmpfs -o size=32m,mode=0755 propio-remote-test "$base" || exit 99
 mkdir -p "$base/workspace" "$base/home" "$base/data"
 printf 'original\n' > "$base/workspace/kept.txt"
 printf 'read from afar\n' > "$base/data/in.txt"
+printf 'secret\n' > "$base/workspace/.env"
+mkdir "$base/workspace/locked" && printf 'keep\n' > "$base/workspace/locked/config"
+git -C "$base/workspace" init -q || exit 98
 export HOME="$base/home" XDG_CONFIG_HOME="$base/home/.config" XDG_STATE_HOME="$base/home/.local/state"
 cd "$base/workspace"
 n=0
@@ -109,6 +112,7 @@ func TestRemoteEngine(t *testing.T) {
 		return p
 	}
 	ro := profile("ro", "mounts:\n  - {source: "+base+"/data, target: /data, mode: ro}\n")
+	masked := profile("masked", "workspace: {hide: [.env], readonly: [/locked]}\n")
 	rw := profile("rw", "mounts:\n  - source: "+base+"/data\n    target: /data\n    mode: rw\n")
 	env := []string{
 		"PATH=" + r.SSHBin + ":" + os.Getenv("PATH"),
@@ -130,8 +134,15 @@ func TestRemoteEngine(t *testing.T) {
 				ps+" apply",
 				"cat new.txt kept.txt",
 				ps+" run -p "+rw+" -- exit 0",
+				ps+" run -p "+masked+" -- read .env",
+				ps+" run -p "+masked+" -- write locked/config changed",
+				ps+" run -p "+masked+" -- write .git/config changed",
+				ps+" run -p "+masked+" -- read /etc/passwd",
 			)
 			t.Logf("%s: %d steps in %s", tc.name, len(outs), time.Since(start).Round(time.Millisecond))
+			if testing.Verbose() {
+				t.Logf("the last steps:\n%s", strings.Join(outs[8:], "\n--\n"))
+			}
 			if line := doctorLine(outs[0], "engine"); !strings.Contains(line, "on another machine (the engine at tcp://") && !strings.Contains(line, "on another machine (the engine at ssh://") {
 				t.Errorf("doctor's engine line does not say the engine is on another machine:\n%s", outs[0])
 			}
@@ -157,6 +168,19 @@ func TestRemoteEngine(t *testing.T) {
 			}
 			if codes[7] != "3" || !strings.Contains(outs[7], filepath.Join(profiles, "rw.yaml")+":6:") || !strings.Contains(outs[7], "mounts[0].mode: rw") || !strings.Contains(outs[7], "use mode changeset") {
 				t.Errorf("a mount in mode rw on a remote engine: exit %s, want 3 and its place:\n%s", codes[7], outs[7])
+			}
+			// What the sandbox mounts of the workspace, and the hidden
+			// files' mask and the account files, are the engine's copies.
+			if codes[8] != "0" || strings.Contains(outs[8], "secret") {
+				t.Errorf("reading a hidden file: exit %s:\n%s", codes[8], outs[8])
+			}
+			for i, what := range map[int]string{9: "a workspace.readonly path", 10: "the git guard's .git/config"} {
+				if codes[i] == "0" || !strings.Contains(outs[i], "read-only file system") {
+					t.Errorf("writing %s: exit %s:\n%s", what, codes[i], outs[i])
+				}
+			}
+			if codes[11] != "0" || !strings.Contains(outs[11], "nobody:x:65534") {
+				t.Errorf("the account files: exit %s:\n%s", codes[11], outs[11])
 			}
 			remoteLeftovers(t, r.Engine, ws)
 		})

@@ -69,8 +69,8 @@ func credentials(p *profile.Profile, h Host, svc *types.ServiceConfig) {
 			svc.Volumes = append(svc.Volumes, bind(src, t, true))
 		}
 	}
-	// A remote engine has neither the git configuration nor the account
-	// files of this host: the image's are used.
+	// A remote engine has not the git configuration of this host: the
+	// image's is used.
 	if p.Git.Config && !h.Engine.Remote {
 		for _, f := range h.GitConfig {
 			dual(f)
@@ -87,7 +87,7 @@ func credentials(p *profile.Profile, h Host, svc *types.ServiceConfig) {
 			dual(h.KnownHosts)
 		}
 	}
-	if p.User.IsHost() && h.Passwd != "" && h.Group != "" && !h.Engine.Remote {
+	if p.User.IsHost() && h.Passwd != "" && h.Group != "" {
 		svc.Volumes = append(svc.Volumes, bind(h.Passwd, "/etc/passwd", true), bind(h.Group, "/etc/group", true))
 	}
 	for _, m := range h.ExtraMounts {

@@ -262,6 +262,9 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	credentials(p, h, &svc)
 	agentRequests(p, h, project, &svc)
 	guardMounts(p, h, &svc)
+	if h.Engine.Remote && h.Engine.VolumeRoot != "" {
+		copies = remoteBinds(project, h, &svc, copies)
+	}
 
 	labels := types.Labels{
 		LabelProfile:   profileLabel(p),

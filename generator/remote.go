@@ -2,6 +2,8 @@ package generator
 
 import (
 	"fmt"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -55,18 +57,23 @@ func (e *RemoteMountError) Error() string {
 // Hints say what to do about it.
 func (e *RemoteMountError) Hints() []string {
 	return []string{
-		"on a remote engine the workspace and the directories in mode ro or changeset are copied; a hidden file (workspace.hide), a read-only path of the workspace (workspace.readonly), a git repository's guarded paths, PROPIO_SANDBOX_MOUNTS, network.mode allowlist and agent_requests are not done there yet",
+		"on a remote engine the workspace and the directories in mode ro or changeset are copied there, and so are what the sandbox mounts of them; PROPIO_SANDBOX_MOUNTS, network.mode allowlist, agent_requests and persistent sandboxes (up) are not done there yet",
 		"run it with an engine on this host, or without what the list names",
 	}
 }
 
-// hostBinds refuses the bind mounts of the project's services: on a remote
-// engine they would name paths of another machine.
+// engineSide marks, on a bind mount, a path of the engine's host that
+// remoteBinds made (an extension of the bind, which compose renders and
+// loads back, and the engine never sees).
+const engineSide = "x-propio-sandbox-engine-side"
+
+// hostBinds refuses the bind mounts of this host's paths in the project's
+// services: on a remote engine they would name paths of another machine.
 func hostBinds(project *types.Project) error {
 	var binds []string
 	for _, name := range project.ServiceNames() {
 		for _, v := range project.Services[name].Volumes {
-			if v.Type == types.VolumeTypeBind {
+			if v.Type == types.VolumeTypeBind && (v.Bind == nil || v.Bind.Extensions[engineSide] == nil) {
 				binds = append(binds, fmt.Sprintf("%s at %s (service %s)", v.Source, v.Target, name))
 			}
 		}
@@ -76,4 +83,83 @@ func hostBinds(project *types.Project) error {
 	}
 	slices.Sort(binds)
 	return &RemoteMountError{Mounts: binds}
+}
+
+// Keys, in the project's volumes, of the copies of the directories of the
+// hidden files' mask and of the account files, on a remote engine.
+const (
+	MaskVolumeKey     = "files-mask"
+	AccountsVolumeKey = "files-accounts"
+)
+
+// remoteBinds makes the agent's bind mounts of this host's paths, for a
+// remote engine (h.Engine.VolumeRoot), bind mounts of the engine's copies
+// of them: a path inside a directory copied into a volume (the workspace's
+// or a mount's changeset or snapshot: a read-only path, the git guard's)
+// is that path in the volume's content, and the mask of hidden files and
+// the account files are in volumes filled with a copy of their
+// directories (which hold nothing else). It returns copies with those.
+// What it cannot place stays, for hostBinds to refuse.
+func remoteBinds(project *types.Project, h Host, svc *types.ServiceConfig, copies []VolumeCopy) []VolumeCopy {
+	onEngine := func(i int, key, rel string) {
+		svc.Volumes[i].Source = path.Join(h.Engine.VolumeRoot, project.Volumes[key].Name, "_data", filepath.ToSlash(rel))
+		// Marked for hostBinds: the engine's path, not this host's.
+		if svc.Volumes[i].Bind == nil {
+			svc.Volumes[i].Bind = &types.ServiceVolumeBind{}
+		}
+		svc.Volumes[i].Bind.Extensions = types.Extensions{engineSide: true}
+	}
+	type root struct{ dir, key string }
+	var roots []root
+	for _, v := range svc.Volumes {
+		if v.Type != types.VolumeTypeVolume {
+			continue
+		}
+		for _, c := range copies {
+			if c.Volume == v.Source {
+				roots = append(roots, root{c.In, c.Volume})
+			}
+		}
+		if cs := h.Changeset; cs != nil {
+			for _, m := range cs.Mounts {
+				if ChangesetVolumeKey(m.Name) == v.Source {
+					roots = append(roots, root{m.Source, v.Source})
+				}
+			}
+		}
+	}
+	// The deepest first: a mount inside another's directory is its own.
+	slices.SortFunc(roots, func(a, b root) int { return len(b.dir) - len(a.dir) })
+	files := map[string]string{} // a host file: the key of the volume of its directory's copy
+	if h.EmptyFile != "" {
+		files[h.EmptyFile] = MaskVolumeKey
+	}
+	if h.Passwd != "" && h.Group != "" && filepath.Dir(h.Passwd) == filepath.Dir(h.Group) {
+		files[h.Passwd], files[h.Group] = AccountsVolumeKey, AccountsVolumeKey
+	}
+	used := map[string]string{} // volume key: the host directory copied
+	for i, v := range svc.Volumes {
+		if v.Type != types.VolumeTypeBind {
+			continue
+		}
+		if key, ok := files[v.Source]; ok {
+			if _, made := used[key]; !made {
+				used[key] = filepath.Dir(v.Source)
+				if project.Volumes == nil {
+					project.Volumes = types.Volumes{}
+				}
+				project.Volumes[key] = types.VolumeConfig{Name: project.Name + "-" + key, Driver: "local", Labels: types.Labels{LabelSnapshot: key}}
+				copies = append(copies, VolumeCopy{Volume: key, In: filepath.Dir(v.Source)})
+			}
+			onEngine(i, key, filepath.Base(v.Source))
+			continue
+		}
+		for _, r := range roots {
+			if rel, err := filepath.Rel(r.dir, v.Source); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
+				onEngine(i, r.key, rel)
+				break
+			}
+		}
+	}
+	return copies
 }

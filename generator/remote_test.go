@@ -16,9 +16,11 @@ import (
 )
 
 // On a remote engine, directories the sandbox reads are snapshots (volumes
-// the launch fills with a copy, mounted read-only, never copied back),
-// the account files and git configuration are not mounted, and no service
-// mounts a path of this host: a mount that would is an error naming it.
+// the launch fills with a copy, mounted read-only, never copied back);
+// what it mounts of them, the hidden files' mask and the account files
+// are mounted from copies in the engine's volumes; the git configuration
+// is not mounted; and no service mounts a path of this host: a mount that
+// would is an error naming it.
 func TestRemoteEngine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "profile.yaml")
 	yaml := "image: img:1\nnetwork: {mode: none}\nuser: host\nworkspace: {mode: ro}\ngit: {config: true}\nssh_agent: \"off\"\n" +
@@ -31,8 +33,9 @@ func TestRemoteEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := fixtureHost(t, p)
-	h.Matches, h.Guard = nil, nil
-	h.Engine.Remote = true
+	h.Matches = []generator.Match{{Path: ".env", Hide: true}, {Path: ".propio", Dir: true}}
+	h.Guard = []generator.GuardPath{{Root: "mount-1", Path: ".git/config", ReadOnly: true}}
+	h.Engine.Remote, h.Engine.VolumeRoot = true, "/var/lib/docker/volumes"
 	h.Changeset = &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetCopy, Mounts: []generator.ChangesetMount{
 		{Name: "mount-1", Source: "/srv/repo", Target: "/repo", CopyIn: "/srv/repo", CopyOut: "/state/tree"},
 	}}
@@ -45,7 +48,14 @@ func TestRemoteEngine(t *testing.T) {
 	for _, v := range svc.Volumes {
 		got = append(got, v.Type+" "+v.Source+" "+v.Target+" "+map[bool]string{true: "ro", false: "rw"}[v.ReadOnly])
 	}
-	want := []string{"volume snapshot-workspace /workspace ro", "volume snapshot-mount-0 /data ro", "volume changeset-mount-1 /repo rw"}
+	vols := "bind /var/lib/docker/volumes/" + project + "-"
+	want := []string{"volume snapshot-workspace /workspace ro",
+		vols + "files-mask/_data/empty /workspace/.env ro",
+		"volume snapshot-mount-0 /data ro", "volume changeset-mount-1 /repo rw",
+		vols + "files-accounts/_data/1000-1000.passwd /etc/passwd ro",
+		vols + "files-accounts/_data/1000-1000.group /etc/group ro",
+		vols + "changeset-mount-1/_data/.git/config /repo/.git/config ro",
+	}
 	if !slices.Equal(got, want) {
 		t.Errorf("mounts %q, want %q", got, want)
 	}
@@ -59,7 +69,8 @@ func TestRemoteEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantCopies := []generator.VolumeCopy{{Volume: "snapshot-workspace", In: h.Workspace}, {Volume: "snapshot-mount-0", In: "/srv/data"}}
+	wantCopies := []generator.VolumeCopy{{Volume: "snapshot-workspace", In: h.Workspace}, {Volume: "snapshot-mount-0", In: "/srv/data"},
+		{Volume: generator.MaskVolumeKey, In: filepath.Dir(h.EmptyFile)}, {Volume: generator.AccountsVolumeKey, In: filepath.Dir(h.Passwd)}}
 	if !slices.Equal(ext.Copies, wantCopies) || ext.Changeset == nil || len(ext.Changeset.Copies) != 1 {
 		t.Errorf("extension copies %+v and changeset %+v, want %+v and the changeset's one", ext.Copies, ext.Changeset, wantCopies)
 	}
@@ -80,15 +91,16 @@ func TestRemoteEngine(t *testing.T) {
 		t.Errorf("loaded back: %+v, %v", ext2.Copies, err)
 	}
 
-	// A hidden file is an empty file of this host mounted over it.
-	h.Matches = []generator.Match{{Path: ".env", Hide: true}}
+	// Without the engine's volume directory, the host's files stay host
+	// paths, refused.
+	h.Engine.VolumeRoot = ""
 	_, err = generator.Generate(p, h, generator.Options{Project: project})
 	var rm *generator.RemoteMountError
-	if !errors.As(err, &rm) || len(rm.Mounts) != 1 || !strings.Contains(rm.Mounts[0], h.EmptyFile+" at /workspace/.env (service agent)") || len(rm.Hints()) == 0 {
-		t.Errorf("a hidden file on a remote engine: %v", err)
+	if !errors.As(err, &rm) || len(rm.Mounts) != 4 || !strings.Contains(strings.Join(rm.Mounts, "\n"), h.EmptyFile+" at /workspace/.env (service agent)") || len(rm.Hints()) == 0 {
+		t.Errorf("host files on a remote engine: %v", err)
 	}
 	// Without a remote engine, it is all bind mounts, as always.
-	h.Engine.Remote, h.Matches = false, nil
+	h.Engine.Remote = false
 	proj, err = generator.Generate(p, h, generator.Options{Project: project})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +111,7 @@ func TestRemoteEngine(t *testing.T) {
 			binds++
 		}
 	}
-	if binds < 4 { // the workspace, /data, the account files, the git configuration
+	if binds < 7 { // the workspace, .env, /data, the account files, the git configuration, .git/config
 		t.Errorf("a local engine's project has %d bind mounts", binds)
 	}
 }

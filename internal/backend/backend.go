@@ -231,6 +231,9 @@ type Facts struct {
 	// there by copy.
 	Remote    bool
 	RemoteWhy string
+	// DataDir is where the engine keeps its images, containers and
+	// volumes (Docker's DockerRootDir, Podman's graph root), on its host.
+	DataDir string
 	// InternalNetworks: a network made internal keeps the host out of it.
 	// Podman gives the host an address on it (and serves DNS there), so an
 	// allowlist, which relies on it, cannot run there.

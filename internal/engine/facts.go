@@ -40,6 +40,7 @@ func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
 	f.DockerDesktop = info.DockerDesktop
 	f.Local = info.Storage.Local
 	f.Remote, f.RemoteWhy = info.Remote, info.RemoteWhy
+	f.DataDir = info.DataDir
 	f.StorageQuota, f.StorageWhy = info.Storage.Quota, info.Storage.Why
 	return f, nil
 }
