@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func TestRemoteEngine(t *testing.T) {
 	for _, tc := range []struct{ name, context string }{{"ssh", "remote-ssh"}, {"tls", "remote-tls"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			outs, codes := remoteSteps(t, append(env, "DOCKER_CONTEXT="+tc.context), base,
+			outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_CONTEXT="+tc.context), base,
 				ps+" doctor -p "+ro,
 				ps+" run -p "+ro+" -- read /data/in.txt",
 				ps+" run -p "+ro+" -- write /data/in.txt changed",
@@ -186,8 +187,29 @@ func TestRemoteEngine(t *testing.T) {
 		})
 	}
 
+	// DOCKER_HOST names the engine as well as a context does: ssh://, and
+	// tcp:// with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH.
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"DOCKER_HOST ssh", []string{"DOCKER_HOST=" + r.SSHHost}},
+		{"DOCKER_HOST tls", []string{"DOCKER_HOST=" + r.TLSHost, "DOCKER_TLS_VERIFY=1", "DOCKER_CERT_PATH=" + r.CertDir}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outs, codes := remoteSteps(t, append(slices.Clone(env), tc.env...), base,
+				ps+` run -p `+ro+` -- fs "write new.txt made afar"`,
+				ps+" diff --stat",
+			)
+			if codes[0] != "0" || !strings.Contains(outs[0], "is reached over the network: the workspace goes there by copy") || codes[1] != "0" || !strings.Contains(outs[1], "1 file changed") {
+				t.Errorf("run, then diff --stat: exit %s:\n%s\nexit %s:\n%s", codes[0], outs[0], codes[1], outs[1])
+			}
+			remoteLeftovers(t, r.Engine, ws)
+		})
+	}
+
 	t.Run("local socket binds and fails", func(t *testing.T) {
-		outs, codes := remoteSteps(t, append(env, "DOCKER_HOST="+r.Host), base,
+		outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_HOST="+r.Host), base,
 			ps+" doctor -p "+ro,
 			ps+" run -p "+ro+" -- read kept.txt",
 		)
