@@ -107,7 +107,10 @@ func TestRemoteEngine(t *testing.T) {
 	profiles := t.TempDir()
 	profile := func(name, yaml string) string {
 		p := filepath.Join(profiles, name+".yaml")
-		if err := os.WriteFile(p, []byte("image: "+ProbeImage+"\nnetwork: {mode: none}\n"+yaml), 0o644); err != nil {
+		if !strings.Contains(yaml, "network:") {
+			yaml = "network: {mode: none}\n" + yaml
+		}
+		if err := os.WriteFile(p, []byte("image: "+ProbeImage+"\n"+yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -207,6 +210,38 @@ func TestRemoteEngine(t *testing.T) {
 			remoteLeftovers(t, r.Engine, ws)
 		})
 	}
+
+	// What a remote engine cannot have is refused, saying why and what to
+	// do, and nothing is left: no container, volume or network on the
+	// engine, no changeset.
+	t.Run("refused", func(t *testing.T) {
+		agent := profile("agent", "ssh_agent: \"on\"\n")
+		allow := profile("allow", "network:\n  mode: allowlist\n  allow: [a.test]\n")
+		outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_CONTEXT=remote-tls"), base,
+			ps+" run -p "+agent+" -- exit 0",
+			ps+" run -p "+allow+" -- exit 0",
+			"PROPIO_SANDBOX_MOUNTS="+base+"/data:/extra:ro "+ps+" run -p "+ro+" -- exit 0",
+			ps+" up -p "+ro,
+			ps+" changes",
+		)
+		for i, want := range []struct{ code, says, hint string }{
+			{"3", "preflight check ssh-agent failed: the engine at tcp://", "hint: set ssh_agent: \"off\""},
+			{"3", filepath.Join(profiles, "allow.yaml") + ":3:9: network.mode: allowlist does not run on an engine on another machine yet", "hint: use network.mode none or open there"},
+			{"1", "the sandbox would mount from this host " + base + "/data at /extra (service agent)", "hint: on a remote engine the workspace"},
+			{"1", "the sandbox would mount from this host ", "hint: on a remote engine the workspace"},
+		} {
+			if codes[i] != want.code || !strings.Contains(outs[i], want.says) || !strings.Contains(outs[i], want.hint) {
+				t.Errorf("step %d: exit %s, want %s saying %q and %q:\n%s", i+1, codes[i], want.code, want.says, want.hint, outs[i])
+			}
+		}
+		if testing.Verbose() {
+			t.Logf("the steps:\n%s", strings.Join(outs, "\n--\n"))
+		}
+		if codes[4] != "0" || strings.Contains(outs[4], "20") {
+			t.Errorf("a changeset is left: exit %s:\n%s", codes[4], outs[4])
+		}
+		remoteLeftovers(t, r.Engine, ws)
+	})
 
 	t.Run("local socket binds and fails", func(t *testing.T) {
 		outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_HOST="+r.Host), base,

@@ -57,7 +57,7 @@ func (e *RemoteMountError) Error() string {
 // Hints say what to do about it.
 func (e *RemoteMountError) Hints() []string {
 	return []string{
-		"on a remote engine the workspace and the directories in mode ro or changeset are copied there, and so are what the sandbox mounts of them; PROPIO_SANDBOX_MOUNTS, network.mode allowlist, agent_requests and persistent sandboxes (up) are not done there yet",
+		"on a remote engine the workspace and the directories in mode ro or changeset are copied there, and so is what the sandbox mounts of them; PROPIO_SANDBOX_MOUNTS, network.mode allowlist, agent_requests and persistent sandboxes (up) are not done there yet",
 		"run it with an engine on this host, or without what the list names",
 	}
 }
