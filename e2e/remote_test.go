@@ -191,7 +191,9 @@ func TestRemoteEngine(t *testing.T) {
 	}
 
 	// DOCKER_HOST names the engine as well as a context does: ssh://, and
-	// tcp:// with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH.
+	// tcp:// with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH. The profile's
+	// declared check runs there too, on a read-only copy of the workspace.
+	checked := profile("checked", "checks:\n  - {name: reads the workspace, run: [read, kept.txt]}\n  - {name: cannot write it, run: [write, kept.txt, x]}\n")
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -203,9 +205,17 @@ func TestRemoteEngine(t *testing.T) {
 			outs, codes := remoteSteps(t, append(slices.Clone(env), tc.env...), base,
 				ps+` run -p `+ro+` -- fs "write new.txt made afar"`,
 				ps+" diff --stat",
+				ps+" run --skip-checks 'cannot write it' -p "+checked+" -- exit 0",
+				ps+" run -p "+checked+" -- exit 0",
 			)
 			if codes[0] != "0" || !strings.Contains(outs[0], "is reached over the network: the workspace goes there by copy") || codes[1] != "0" || !strings.Contains(outs[1], "1 file changed") {
 				t.Errorf("run, then diff --stat: exit %s:\n%s\nexit %s:\n%s", codes[0], outs[0], codes[1], outs[1])
+			}
+			if codes[2] != "0" {
+				t.Errorf("a declared check that reads the workspace: exit %s:\n%s", codes[2], outs[2])
+			}
+			if codes[3] != "3" || !strings.Contains(outs[3], "preflight check cannot write it failed") || !strings.Contains(outs[3], "read-only file system") {
+				t.Errorf("a declared check that writes the workspace: exit %s, want 3:\n%s", codes[3], outs[3])
 			}
 			remoteLeftovers(t, r.Engine, ws)
 		})
