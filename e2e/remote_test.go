@@ -221,12 +221,64 @@ func TestRemoteEngine(t *testing.T) {
 		})
 	}
 
-	// What a remote engine cannot have is refused, saying why and what to
-	// do, and nothing is left: no container, volume or network on the
+	// An allowlist runs there with its gateway, on the engine's networks:
+	// a server on a network the test made there (network.join) is reached
+	// by the rule's name and port, through the proxy and without it, another
+	// port is denied, and the
+	// gateway's decision log comes back to the launcher, where logs reads
+	// it.
+	t.Run("allowlist", func(t *testing.T) {
+		id := randomID()
+		network, server := "propio-e2e-remote-"+id, "propio-e2e-remote-model-"+id
+		if _, err := r.Docker("network", "create", network); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			r.Docker("rm", "-f", server)
+			r.Docker("network", "rm", network)
+		})
+		if _, err := r.Docker("run", "-d", "--network", network, "--name", server, "-e", "PROBE_PORT_OFFSET=11354", ProbeImage, "serve", "model"); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if out, _ := r.Docker("logs", server); strings.Contains(out, "serving model") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the server never started")
+			}
+		}
+		allow := profile("allowlist", "network:\n  mode: allowlist\n  join: ["+network+"]\n  allow: [\""+server+":11434\"]\n")
+		outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_CONTEXT=remote-tls"), base,
+			ps+" run -p "+allow+" -- fetch --fail http://"+server+":11434/api/tags",
+			ps+" run -p "+allow+" -- fetch --fail --timeout 3s http://"+server+":11376/",
+			ps+" logs --json",
+			ps+" run -p "+allow+" -- fetch --fail --no-proxy http://"+server+":11434/transparent",
+		)
+		if testing.Verbose() {
+			t.Logf("the steps:\n%s", strings.Join(outs, "\n--\n"))
+		}
+		if want := "model http " + server + ":11434 /api/tags"; codes[0] != "0" || !strings.Contains(outs[0], want) {
+			t.Errorf("the allowed port: exit %s, want %q:\n%s", codes[0], want, outs[0])
+		}
+		if codes[1] == "0" {
+			t.Errorf("a port no rule allows was reached:\n%s", outs[1])
+		}
+		if codes[2] != "0" || !strings.Contains(outs[2], `"host":"`+server+`"`) || !strings.Contains(outs[2], `"allowed":false`) || !strings.Contains(outs[2], `"port":11376`) {
+			t.Errorf("logs: the denial is not in the log that came back: exit %s:\n%s", codes[2], outs[2])
+		}
+		if want := "model http " + server + ":11434 /transparent"; codes[3] != "0" || !strings.Contains(outs[3], want) {
+			t.Errorf("the allowed port, without the proxy: exit %s, want %q:\n%s", codes[3], want, outs[3])
+		}
+		remoteLeftovers(t, r.Engine, ws)
+	})
+
+	// What a remote engine cannot have is refused (ssh_agent on, an ask,
+	// PROPIO_SANDBOX_MOUNTS, up), saying why and what to do, and nothing is left: no container, volume or network on the
 	// engine, no changeset.
 	t.Run("refused", func(t *testing.T) {
 		agent := profile("agent", "ssh_agent: \"on\"\n")
-		allow := profile("allow", "network:\n  mode: allowlist\n  allow: [a.test]\n")
+		allow := profile("ask", "network:\n  mode: allowlist\n  allow: [a.test]\n  unlisted: ask\n")
 		outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_CONTEXT=remote-tls"), base,
 			ps+" run -p "+agent+" -- exit 0",
 			ps+" run -p "+allow+" -- exit 0",
@@ -236,7 +288,7 @@ func TestRemoteEngine(t *testing.T) {
 		)
 		for i, want := range []struct{ code, says, hint string }{
 			{"3", "preflight check ssh-agent failed: the engine at tcp://", "hint: set ssh_agent: \"off\""},
-			{"3", filepath.Join(profiles, "allow.yaml") + ":3:9: network.mode: allowlist does not run on an engine on another machine yet", "hint: use network.mode none or open there"},
+			{"3", filepath.Join(profiles, "ask.yaml") + ":5:13: network.unlisted: ask does not run on an engine on another machine yet", "hint: use network.unlisted: deny there"},
 			{"1", "the sandbox would mount from this host " + base + "/data at /extra (service agent)", "hint: on a remote engine the workspace"},
 			{"1", "the sandbox would mount from this host ", "hint: on a remote engine the workspace"},
 		} {

@@ -93,6 +93,10 @@ type Host struct {
 	ExtraMounts []ExtraMount
 	// Engine says what differs for the engine that runs the project.
 	Engine EngineFacts
+	// RemoteLog is, for a remote engine, the host directory that holds the
+	// allowlist gateway's decision log during the run: copied into the
+	// gateway's log volume before it, and back after it.
+	RemoteLog string
 	// TestDisk is PROPIO_SANDBOX_TEST_DISK, for tests only: a cap on what
 	// the sandbox writes below the 1g that resources.disk allows, so that a
 	// test reaches it quickly. It only ever lowers the profile's cap; 0 for
@@ -262,9 +266,6 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	credentials(p, h, &svc)
 	agentRequests(p, h, project, &svc)
 	guardMounts(p, h, &svc)
-	if h.Engine.Remote && h.Engine.VolumeRoot != "" {
-		copies = remoteBinds(project, h, &svc, copies)
-	}
 
 	labels := types.Labels{
 		LabelProfile:   profileLabel(p),
@@ -321,6 +322,10 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 		if ext.Gateway, err = allowlist(project, p, h, o, &svc); err != nil {
 			return nil, err
 		}
+	}
+	if h.Engine.Remote && h.Engine.VolumeRoot != "" {
+		ext.Copies = remoteBinds(project, h, &svc, ext.Copies)
+		ext.Copies = remoteGatewayLog(project, h, ext.Copies)
 	}
 	ext.Set(&svc)
 	project.Services[Service] = svc

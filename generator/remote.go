@@ -2,6 +2,7 @@ package generator
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -57,7 +58,7 @@ func (e *RemoteMountError) Error() string {
 // Hints say what to do about it.
 func (e *RemoteMountError) Hints() []string {
 	return []string{
-		"on a remote engine the workspace and the directories in mode ro or changeset are copied there, and so is what the sandbox mounts of them; PROPIO_SANDBOX_MOUNTS, network.mode allowlist, agent_requests and persistent sandboxes (up) are not done there yet",
+		"on a remote engine the workspace and the directories in mode ro or changeset are copied there, and so is what the sandbox mounts of them; PROPIO_SANDBOX_MOUNTS, agent_requests, secrets the gateway brokers, network.unlisted: ask and persistent sandboxes (up) are not done there yet",
 		"run it with an engine on this host, or without what the list names",
 	}
 }
@@ -90,7 +91,42 @@ func hostBinds(project *types.Project) error {
 const (
 	MaskVolumeKey     = "files-mask"
 	AccountsVolumeKey = "files-accounts"
+	ResolvVolumeKey   = "files-resolv"
+	// GatewayLogVolumeKey is the allowlist gateway's decision log's.
+	GatewayLogVolumeKey = "gateway-log"
 )
+
+// addVolume adds the volume key of the project, labelled as svc is.
+func addVolume(project *types.Project, svc *types.ServiceConfig, key string) {
+	if project.Volumes == nil {
+		project.Volumes = types.Volumes{}
+	}
+	labels := types.Labels{LabelSnapshot: key}
+	maps.Copy(labels, svc.Labels)
+	project.Volumes[key] = types.VolumeConfig{Name: project.Name + "-" + key, Driver: "local", Labels: labels}
+}
+
+// remoteGatewayLog gives the allowlist gateway of a remote engine a volume
+// for its decision log, filled from h.RemoteLog before the run and copied
+// back there after it, in place of the host's log directory. Without
+// h.RemoteLog, the log directory stays a host path, for hostBinds to
+// refuse.
+func remoteGatewayLog(project *types.Project, h Host, copies []VolumeCopy) []VolumeCopy {
+	g, ok := project.Services[GatewayService]
+	if !ok || h.RemoteLog == "" {
+		return copies
+	}
+	for i, v := range g.Volumes {
+		if v.Type == types.VolumeTypeBind && v.Source == h.LogDir && v.Target == GatewayLogDir {
+			addVolume(project, &g, GatewayLogVolumeKey)
+			g.Volumes[i] = types.ServiceVolumeConfig{Type: types.VolumeTypeVolume, Source: GatewayLogVolumeKey, Target: GatewayLogDir,
+				Volume: &types.ServiceVolumeVolume{NoCopy: true}}
+			copies = append(copies, VolumeCopy{Volume: GatewayLogVolumeKey, In: h.RemoteLog, Out: h.RemoteLog})
+		}
+	}
+	project.Services[GatewayService] = g
+	return copies
+}
 
 // remoteBinds makes the agent's bind mounts of this host's paths, for a
 // remote engine (h.Engine.VolumeRoot), bind mounts of the engine's copies
@@ -130,25 +166,25 @@ func remoteBinds(project *types.Project, h Host, svc *types.ServiceConfig, copie
 	}
 	// The deepest first: a mount inside another's directory is its own.
 	slices.SortFunc(roots, func(a, b root) int { return len(b.dir) - len(a.dir) })
-	files := map[string]string{} // a host file: the key of the volume of its directory's copy
+	dirs := map[string]string{} // a directory of host files: the key of the volume of its copy
 	if h.EmptyFile != "" {
-		files[h.EmptyFile] = MaskVolumeKey
+		dirs[filepath.Dir(h.EmptyFile)] = MaskVolumeKey
 	}
 	if h.Passwd != "" && h.Group != "" && filepath.Dir(h.Passwd) == filepath.Dir(h.Group) {
-		files[h.Passwd], files[h.Group] = AccountsVolumeKey, AccountsVolumeKey
+		dirs[filepath.Dir(h.Passwd)] = AccountsVolumeKey
+	}
+	if h.ResolvDir != "" {
+		dirs[h.ResolvDir] = ResolvVolumeKey
 	}
 	used := map[string]string{} // volume key: the host directory copied
 	for i, v := range svc.Volumes {
 		if v.Type != types.VolumeTypeBind {
 			continue
 		}
-		if key, ok := files[v.Source]; ok {
+		if key, ok := dirs[filepath.Dir(v.Source)]; ok {
 			if _, made := used[key]; !made {
 				used[key] = filepath.Dir(v.Source)
-				if project.Volumes == nil {
-					project.Volumes = types.Volumes{}
-				}
-				project.Volumes[key] = types.VolumeConfig{Name: project.Name + "-" + key, Driver: "local", Labels: types.Labels{LabelSnapshot: key}}
+				addVolume(project, svc, key)
 				copies = append(copies, VolumeCopy{Volume: key, In: filepath.Dir(v.Source)})
 			}
 			onEngine(i, key, filepath.Base(v.Source))

@@ -484,9 +484,9 @@ func (c *checker) engine(ctx context.Context) Result {
 	if c.infoErr != nil {
 		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
 	}
-	if c.info.Remote && c.Profile.Network.Mode == "allowlist" {
-		return fail(fmt.Sprintf("%s; %s: network.mode: allowlist does not run on an engine on another machine yet (its gateway mounts directories of this host)", engineReason(c.info), c.Profile.Pos("network", "mode")),
-			"use network.mode none or open there, or run it with an engine on this host")
+	if c.info.Remote && c.Profile.Network.Mode == "allowlist" && c.Profile.Network.Asks() {
+		return fail(fmt.Sprintf("%s; %s: network.unlisted: ask does not run on an engine on another machine yet (its gateway asks through a directory of this host)", engineReason(c.info), c.Profile.Pos("network", "unlisted")),
+			"use network.unlisted: deny there, or run it with an engine on this host")
 	}
 	if c.Profile.Network.Mode == "allowlist" && c.info.Kind == "podman" && c.info.Rootless {
 		return fail(engineReason(c.info)+"; network.mode allowlist does not run on rootless Podman yet (the fence that keeps its sandbox off the host's address on the sandbox network is made as root)",

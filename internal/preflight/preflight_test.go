@@ -204,7 +204,8 @@ func TestChecks(t *testing.T) {
 
 		{name: "engine ok", check: preflight.Engine, ok: true, reason: "reachable"},
 		{name: "engine on another machine", check: preflight.Engine, adjust: remoteEngine, ok: true, reason: "at ssh://me@far.test, amd64; on another machine (the engine at ssh://me@far.test is reached over the network): the workspace goes there by copy"},
-		{name: "allowlist on a remote engine", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test]}\n", adjust: remoteEngine, reason: "profile.yaml:2:17: network.mode: allowlist does not run on an engine on another machine yet", hint: "network.mode none or open"},
+		{name: "allowlist on a remote engine", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test]}\n", adjust: remoteEngine, ok: true, reason: "on another machine"},
+		{name: "ask on a remote engine", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test], unlisted: ask}\n", adjust: remoteEngine, reason: "profile.yaml:2:55: network.unlisted: ask does not run on an engine on another machine yet", hint: "network.unlisted: deny"},
 		{name: "engine names itself", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
 			e := goodEngine
 			e.info.Kind, e.info.Version, e.info.Host, e.info.Context, e.info.ContextFrom = "docker", "26.1.5", "unix:///d.sock", "desk", "DOCKER_CONTEXT"

@@ -327,6 +327,9 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 		if agent.Forward {
 			h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
 		}
+		if s.facts.Remote && s.Profile.Network.Mode == "allowlist" {
+			h.RemoteLog = remoteLogDir(s.Env.Dirs, s.opts.Project)
+		}
 	}, s.engineFacts)
 	return s.guarded(func(check *guardCheck) (int, error) {
 		// The profile's own checks, each in a throwaway sandbox of it
@@ -503,6 +506,11 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 	}
 	if allowlist {
 		dropRunDirs(s.opts.Project)
+		if s.facts.Remote {
+			if lerr := settleRemoteLog(s.Env.Dirs, s.opts.Project); lerr != nil {
+				s.report.Warn(lerr.Error())
+			}
+		}
 	}
 	return code, err
 }
