@@ -115,3 +115,64 @@ func TestRemoteEngine(t *testing.T) {
 		t.Errorf("a local engine's project has %d bind mounts", binds)
 	}
 }
+
+// On a remote engine, the allowlist gateway's decision log is a volume
+// copied from the log's stage and back to it, and the sandbox's
+// resolv.conf comes from a copy of its directory; without a stage, the
+// log directory is a host path, refused.
+func TestRemoteEngineGateway(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profile.yaml")
+	yaml := "image: img:1\nnetwork: {mode: allowlist, allow: [a.test]}\nssh_agent: \"off\"\ngit: {config: false}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Locations{}.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	h.Matches, h.Guard = nil, nil
+	h.Engine.Remote, h.Engine.VolumeRoot = true, "/var/lib/docker/volumes"
+	h.RemoteLog = "/home/dev/.local/state/propio-sandbox/remote-logs/" + project
+	// The workspace in changeset mode, as a launch on a remote engine has it.
+	p.Workspace.Mode = profile.ModeChangeset
+	h.Changeset = &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetCopy, Mounts: []generator.ChangesetMount{
+		{Name: generator.WorkspaceMount, Source: h.Workspace, Target: "/workspace", CopyIn: h.Workspace, CopyOut: "/state/tree"},
+	}}
+	o := generator.Options{Project: project, GatewayImage: "propio-sandbox/gateway:test"}
+	proj, err := generator.Generate(p, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := proj.Services[generator.GatewayService]
+	found := false
+	for _, v := range gw.Volumes {
+		found = found || v.Type == "volume" && v.Source == generator.GatewayLogVolumeKey && v.Target == generator.GatewayLogDir && !v.ReadOnly
+	}
+	if !found {
+		t.Errorf("the gateway's volumes %+v have no log volume at %s", gw.Volumes, generator.GatewayLogDir)
+	}
+	resolv := ""
+	for _, v := range proj.Services[generator.Service].Volumes {
+		if v.Target == "/etc/resolv.conf" {
+			resolv = v.Source
+		}
+	}
+	if want := "/var/lib/docker/volumes/" + project + "-files-resolv/_data/"; !strings.HasPrefix(resolv, want) {
+		t.Errorf("resolv.conf from %q, want from %s...", resolv, want)
+	}
+	ext, err := generator.ReadExtension(proj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ext.Copies, generator.VolumeCopy{Volume: generator.GatewayLogVolumeKey, In: h.RemoteLog, Out: h.RemoteLog}) ||
+		!slices.Contains(ext.Copies, generator.VolumeCopy{Volume: generator.ResolvVolumeKey, In: h.ResolvDir}) {
+		t.Errorf("copies %+v", ext.Copies)
+	}
+	h.RemoteLog = ""
+	_, err = generator.Generate(p, h, o)
+	var rm *generator.RemoteMountError
+	if !errors.As(err, &rm) || !strings.Contains(strings.Join(rm.Mounts, "\n"), h.LogDir+" at /log (service gateway)") {
+		t.Errorf("a gateway log without a stage: %v", err)
+	}
+}
