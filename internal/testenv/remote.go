@@ -48,8 +48,9 @@ const remoteTLSAddr = "127.0.0.1:2376"
 
 // PrivateRemoteDocker starts a private dockerd with the images named, an
 // sshd and a TLS listener for it, all stopped and removed when the test
-// ends. Without root, dockerd, sshd, ssh or ssh-keygen, the test is skipped
-// with the reason, or failed under PROPIO_E2E=require.
+// ends. Without root, dockerd, sshd, ssh, ssh-keygen or unshare (which
+// the tests run the launcher with, apart from the engine), the test is
+// skipped with the reason, or failed under PROPIO_E2E=require.
 func PrivateRemoteDocker(tb testing.TB, images ...string) *RemoteDocker {
 	tb.Helper()
 	if reason := privateDockerMissing(); reason != "" {
@@ -59,6 +60,10 @@ func PrivateRemoteDocker(tb testing.TB, images ...string) *RemoteDocker {
 		if _, err := exec.LookPath(tool); err != nil {
 			skipOrFail(tb, "an engine reached through ssh: "+filepath.Base(tool)+" is not installed (Debian's openssh-server and openssh-client)")
 		}
+	}
+	// A launcher on "another machine" runs in a mount namespace of its own.
+	if _, err := exec.LookPath("unshare"); err != nil {
+		skipOrFail(tb, "a launcher apart from the engine: unshare is not installed (util-linux)")
 	}
 	dir, err := os.MkdirTemp("", "propio-remote-")
 	if err != nil {
