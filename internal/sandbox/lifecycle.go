@@ -539,7 +539,12 @@ func (r *run) copyBack(svc types.ServiceConfig) []error {
 		if c.To == "" {
 			continue // a snapshot: nothing comes back
 		}
-		if err := r.rt.CopyOut(ctx, r.volume(svc, c), c.To); err != nil {
+		err := r.rt.CopyOut(ctx, r.volume(svc, c), c.To)
+		switch {
+		case err != nil && c.Volume == generator.GatewayLogVolumeKey:
+			// Not what the sandbox wrote: its changeset stays whole.
+			errs = append(errs, fmt.Errorf("copying the gateway's decision log back from the engine: %w", err))
+		case err != nil:
 			errs = append(errs, fmt.Errorf("%w: %w", ErrCopyOut, err))
 		}
 	}
