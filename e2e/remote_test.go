@@ -86,19 +86,6 @@ func TestRemoteEngine(t *testing.T) {
 		t.Skip("starts a Docker engine of the test's own; the Podman pass has no remote engine to test")
 	}
 	r := testenv.PrivateRemoteDocker(t, ProbeImage)
-	cfg := t.TempDir()
-	dockerCLI := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("docker", args...)
-		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+cfg)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("docker %v: %v: %s", args, err, out)
-		}
-	}
-	dockerCLI("context", "create", "remote-ssh", "--docker", "host="+r.SSHHost)
-	dockerCLI("context", "create", "remote-tls", "--docker", "host="+r.TLSHost+
-		",ca="+filepath.Join(r.CertDir, "ca.pem")+",cert="+filepath.Join(r.CertDir, "cert.pem")+",key="+filepath.Join(r.CertDir, "key.pem"))
-
 	base := filepath.Join(t.TempDir(), "launcher")
 	if err := os.Mkdir(base, 0o755); err != nil {
 		t.Fatal(err)
@@ -118,12 +105,7 @@ func TestRemoteEngine(t *testing.T) {
 	ro := profile("ro", "mounts:\n  - {source: "+base+"/data, target: /data, mode: ro}\n")
 	masked := profile("masked", "workspace: {hide: [.env], readonly: [/locked]}\n")
 	rw := profile("rw", "mounts:\n  - source: "+base+"/data\n    target: /data\n    mode: rw\n")
-	env := []string{
-		"PATH=" + r.SSHBin + ":" + os.Getenv("PATH"),
-		"DOCKER_CONFIG=" + cfg,
-		"PROPIO_HOME=" + repoRoot(),
-		launch.EnvPrepare + "=0",
-	}
+	env := remoteEnv(t, r)
 	ps := launcher
 
 	for _, tc := range []struct{ name, context string }{{"ssh", "remote-ssh"}, {"tls", "remote-tls"}} {
@@ -322,6 +304,69 @@ func TestRemoteEngine(t *testing.T) {
 	if out, err := docker("ps", "-aq", "--filter", "label=dev.propio-sandbox.workspace="+ws); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("the tests' engine has containers of the remote sandboxes: %v %s", err, out)
 	}
+}
+
+// remoteEnv is the launcher's environment for the engine r: its ssh first
+// in PATH, and a DOCKER_CONFIG of the test's own with the contexts
+// remote-ssh and remote-tls, which reach r through ssh:// and tcp:// with
+// TLS.
+func remoteEnv(t *testing.T, r *testenv.RemoteDocker) []string {
+	t.Helper()
+	cfg := t.TempDir()
+	dockerCLI := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("docker", args...)
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+cfg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("docker %v: %v: %s", args, err, out)
+		}
+	}
+	dockerCLI("context", "create", "remote-ssh", "--docker", "host="+r.SSHHost)
+	dockerCLI("context", "create", "remote-tls", "--docker", "host="+r.TLSHost+
+		",ca="+filepath.Join(r.CertDir, "ca.pem")+",cert="+filepath.Join(r.CertDir, "cert.pem")+",key="+filepath.Join(r.CertDir, "key.pem"))
+	return []string{
+		"PATH=" + r.SSHBin + ":" + os.Getenv("PATH"),
+		"DOCKER_CONFIG=" + cfg,
+		"PROPIO_HOME=" + repoRoot(),
+		launch.EnvPrepare + "=0",
+	}
+}
+
+// TestRemoteEngineBuiltins: the built-in profiles run on a remote engine
+// (reached through TLS) with the default image, in a workspace that is a
+// git repository with a file they hide: the hidden file reads empty, the
+// account files name the user, a file written comes back as a changeset,
+// and standard's and strict's allowlist gateways run there.
+func TestRemoteEngineBuiltins(t *testing.T) {
+	requireEngine(t)
+	if testenv.EnginePodman(t) {
+		t.Skip("starts a Docker engine of the test's own; the Podman pass has no remote engine to test")
+	}
+	requireAgentImage(t)
+	r := testenv.PrivateRemoteDocker(t, agentImage)
+	env := append(remoteEnv(t, r), "DOCKER_CONTEXT=remote-tls")
+	base := filepath.Join(t.TempDir(), "launcher")
+	if err := os.Mkdir(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const script = `id -un; cat .env; echo written > f.txt; echo ok`
+	outs, codes := remoteSteps(t, env, base,
+		launcher+" run -p offline -- bash -c '"+script+"'",
+		launcher+" run -p standard -- bash -c '"+script+"'",
+		launcher+" run -p strict -- bash -c '"+script+"'",
+		launcher+" changes",
+	)
+	for i, p := range []string{"offline", "standard", "strict"} {
+		if codes[i] != "0" || !strings.Contains(outs[i], "root\nok") || strings.Contains(outs[i], "secret") || !strings.Contains(outs[i], "made (1 change, copy)") {
+			t.Errorf("-p %s: exit %s, want 0, the user's name, .env empty and a changeset of f.txt:\n%s", p, codes[i], outs[i])
+		}
+	}
+	for _, p := range []string{"offline", "standard", "strict"} {
+		if codes[3] != "0" || !strings.Contains(outs[3], "builtin:"+p+" ") {
+			t.Errorf("changes: exit %s, want a changeset of -p %s:\n%s", codes[3], p, outs[3])
+		}
+	}
+	remoteLeftovers(t, r.Engine, filepath.Join(base, "workspace"))
 }
 
 // remoteLeftovers fails t when the engine keeps, a few seconds after the
