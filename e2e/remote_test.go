@@ -206,8 +206,8 @@ func TestRemoteEngine(t *testing.T) {
 	// An allowlist runs there with its gateway, on the engine's networks:
 	// a server on a network the test made there (network.join) is reached
 	// by the rule's name and port, through the proxy and without it, another
-	// port is denied, and the
-	// gateway's decision log comes back to the launcher, where logs reads
+	// port is denied, a declared check runs through a gateway of its own,
+	// and the gateway's decision log comes back to the launcher, where logs reads
 	// it.
 	t.Run("allowlist", func(t *testing.T) {
 		id := randomID()
@@ -231,11 +231,15 @@ func TestRemoteEngine(t *testing.T) {
 			}
 		}
 		allow := profile("allowlist", "network:\n  mode: allowlist\n  join: ["+network+"]\n  allow: [\""+server+":11434\"]\n")
+		checked := profile("allowlist-checked", "network:\n  mode: allowlist\n  join: ["+network+"]\n  allow: [\""+server+":11434\"]\n"+
+			"checks:\n  - {name: reaches the model, run: [fetch, --fail, \"http://"+server+":11434/check\"]}\n")
 		outs, codes := remoteSteps(t, append(slices.Clone(env), "DOCKER_CONTEXT=remote-tls"), base,
 			ps+" run -p "+allow+" -- fetch --fail http://"+server+":11434/api/tags",
 			ps+" run -p "+allow+" -- fetch --fail --timeout 3s http://"+server+":11376/",
 			ps+" logs --json",
 			ps+" run -p "+allow+" -- fetch --fail --no-proxy http://"+server+":11434/transparent",
+			ps+" run -p "+checked+" -- exit 0",
+			`ls -A "$XDG_STATE_HOME/propio-sandbox/remote-logs"`,
 		)
 		if testing.Verbose() {
 			t.Logf("the steps:\n%s", strings.Join(outs, "\n--\n"))
@@ -251,6 +255,12 @@ func TestRemoteEngine(t *testing.T) {
 		}
 		if want := "model http " + server + ":11434 /transparent"; codes[3] != "0" || !strings.Contains(outs[3], want) {
 			t.Errorf("the allowed port, without the proxy: exit %s, want %q:\n%s", codes[3], want, outs[3])
+		}
+		if codes[4] != "0" {
+			t.Errorf("a declared check through the gateway: exit %s:\n%s", codes[4], outs[4])
+		}
+		if codes[5] != "0" || strings.TrimSpace(outs[5]) != "" {
+			t.Errorf("the gateway logs' stages are left: exit %s:\n%s", codes[5], outs[5])
 		}
 		remoteLeftovers(t, r.Engine, ws)
 	})

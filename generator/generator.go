@@ -93,10 +93,11 @@ type Host struct {
 	ExtraMounts []ExtraMount
 	// Engine says what differs for the engine that runs the project.
 	Engine EngineFacts
-	// RemoteLog is, for a remote engine, the host directory that holds the
+	// RemoteLogs is, for a remote engine, the host directory of the
+	// directories (one per project, RemoteLogs/PROJECT) that hold the
 	// allowlist gateway's decision log during the run: copied into the
 	// gateway's log volume before it, and back after it.
-	RemoteLog string
+	RemoteLogs string
 	// TestDisk is PROPIO_SANDBOX_TEST_DISK, for tests only: a cap on what
 	// the sandbox writes below the 1g that resources.disk allows, so that a
 	// test reaches it quickly. It only ever lowers the profile's cap; 0 for

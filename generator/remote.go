@@ -107,21 +107,22 @@ func addVolume(project *types.Project, svc *types.ServiceConfig, key string) {
 }
 
 // remoteGatewayLog gives the allowlist gateway of a remote engine a volume
-// for its decision log, filled from h.RemoteLog before the run and copied
-// back there after it, in place of the host's log directory. Without
-// h.RemoteLog, the log directory stays a host path, for hostBinds to
-// refuse.
+// for its decision log, filled from h.RemoteLogs/PROJECT before the run
+// and copied back there after it, in place of the host's log directory.
+// Without h.RemoteLogs, the log directory stays a host path, for hostBinds
+// to refuse.
 func remoteGatewayLog(project *types.Project, h Host, copies []VolumeCopy) []VolumeCopy {
 	g, ok := project.Services[GatewayService]
-	if !ok || h.RemoteLog == "" {
+	if !ok || h.RemoteLogs == "" {
 		return copies
 	}
+	stage := filepath.Join(h.RemoteLogs, project.Name)
 	for i, v := range g.Volumes {
 		if v.Type == types.VolumeTypeBind && v.Source == h.LogDir && v.Target == GatewayLogDir {
 			addVolume(project, &g, GatewayLogVolumeKey)
 			g.Volumes[i] = types.ServiceVolumeConfig{Type: types.VolumeTypeVolume, Source: GatewayLogVolumeKey, Target: GatewayLogDir,
 				Volume: &types.ServiceVolumeVolume{NoCopy: true}}
-			copies = append(copies, VolumeCopy{Volume: GatewayLogVolumeKey, In: h.RemoteLog, Out: h.RemoteLog})
+			copies = append(copies, VolumeCopy{Volume: GatewayLogVolumeKey, In: stage, Out: stage})
 		}
 	}
 	project.Services[GatewayService] = g

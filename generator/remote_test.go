@@ -133,7 +133,8 @@ func TestRemoteEngineGateway(t *testing.T) {
 	h := fixtureHost(t, p)
 	h.Matches, h.Guard = nil, nil
 	h.Engine.Remote, h.Engine.VolumeRoot = true, "/var/lib/docker/volumes"
-	h.RemoteLog = "/home/dev/.local/state/propio-sandbox/remote-logs/" + project
+	h.RemoteLogs = "/home/dev/.local/state/propio-sandbox/remote-logs"
+	stage := h.RemoteLogs + "/" + project
 	// The workspace in changeset mode, as a launch on a remote engine has it.
 	p.Workspace.Mode = profile.ModeChangeset
 	h.Changeset = &generator.Changeset{ID: "20261122-064500-3f9a", Mode: generator.ChangesetCopy, Mounts: []generator.ChangesetMount{
@@ -165,11 +166,11 @@ func TestRemoteEngineGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(ext.Copies, generator.VolumeCopy{Volume: generator.GatewayLogVolumeKey, In: h.RemoteLog, Out: h.RemoteLog}) ||
+	if !slices.Contains(ext.Copies, generator.VolumeCopy{Volume: generator.GatewayLogVolumeKey, In: stage, Out: stage}) ||
 		!slices.Contains(ext.Copies, generator.VolumeCopy{Volume: generator.ResolvVolumeKey, In: h.ResolvDir}) {
 		t.Errorf("copies %+v", ext.Copies)
 	}
-	h.RemoteLog = ""
+	h.RemoteLogs = ""
 	_, err = generator.Generate(p, h, o)
 	var rm *generator.RemoteMountError
 	if !errors.As(err, &rm) || !strings.Contains(strings.Join(rm.Mounts, "\n"), h.LogDir+" at /log (service gateway)") {

@@ -142,11 +142,16 @@ func (l *launch) gatewayFiles(project string, subnet netip.Prefix, newLog bool) 
 	return nil
 }
 
+// remoteLogs holds the directories where the decision logs of gateways on
+// a remote engine are staged, one per project (remoteLogDir): copied into
+// the gateway's log volume before the run, and back after it
+// (generator.Host.RemoteLogs).
+func remoteLogs(dirs hostinfo.Dirs) string { return filepath.Join(dirs.State, "remote-logs") }
+
 // remoteLogDir is where the decision log of project's gateway on a remote
-// engine is staged: copied into the gateway's log volume before the run,
-// and back after it (generator.Host.RemoteLog).
+// engine is staged.
 func remoteLogDir(dirs hostinfo.Dirs, project string) string {
-	return filepath.Join(dirs.State, "remote-logs", project)
+	return filepath.Join(remoteLogs(dirs), project)
 }
 
 // stageRemoteLog puts a copy of project's decision log, as started, alone

@@ -327,8 +327,8 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 		if agent.Forward {
 			h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
 		}
-		if s.facts.Remote && s.Profile.Network.Mode == "allowlist" {
-			h.RemoteLog = remoteLogDir(s.Env.Dirs, s.opts.Project)
+		if s.facts.Remote {
+			h.RemoteLogs = remoteLogs(s.Env.Dirs)
 		}
 	}, s.engineFacts)
 	return s.guarded(func(check *guardCheck) (int, error) {
