@@ -69,7 +69,9 @@ func credentials(p *profile.Profile, h Host, svc *types.ServiceConfig) {
 			svc.Volumes = append(svc.Volumes, bind(src, t, true))
 		}
 	}
-	if p.Git.Config {
+	// A remote engine has not the git configuration of this host: the
+	// image's is used.
+	if p.Git.Config && !h.Engine.Remote {
 		for _, f := range h.GitConfig {
 			dual(f)
 		}

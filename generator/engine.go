@@ -36,6 +36,20 @@ type EngineFacts struct {
 	// an allowlist sandbox joins a network namespace held by a container of
 	// its own (NetnsService) that fences it in to loopback and the gateway.
 	FencedNetns bool
+	// Remote: the engine runs on another machine, which has none of this
+	// host's files. What the sandbox reads of them is copied into volumes
+	// (a directory in mode ro, or in changeset mode where no changeset is
+	// made: a snapshot, mounted read-only; a changeset is a copy), the
+	// account files and the git configuration are not mounted, and any
+	// other mount of a host path is an error (RemoteMountError).
+	Remote bool
+	// VolumeRoot is, for a remote engine, where its local volumes keep
+	// their content on its host (DATA-ROOT/volumes: a volume's is
+	// VolumeRoot/NAME/_data). A bind mount of a path inside a directory
+	// the engine has a copy of in a volume is then made of that path in the
+	// volume (a read-only path of the workspace, the git guard's, a hidden
+	// file's mask, the account files).
+	VolumeRoot string
 }
 
 // tmpfs says tmpfs options (Docker's words) in the engine's words.

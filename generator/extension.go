@@ -35,6 +35,10 @@ type Extension struct {
 	Gateway *ExtensionGateway
 	// Keep is a persistent sandbox's (up); nil for a run.
 	Keep *ExtensionKeep
+	// Copies are the snapshots of a remote engine: volumes filled with a
+	// copy of a host directory before the run, never copied back (Out
+	// is "").
+	Copies []VolumeCopy
 }
 
 // ExtensionChangeset is a launch's changeset as the extension says it.
@@ -83,13 +87,12 @@ func (e Extension) value() map[string]any {
 	if cs := e.Changeset; cs != nil {
 		c := map[string]any{"id": cs.ID, "mode": cs.Mode}
 		if len(cs.Copies) > 0 {
-			copies := make([]any, 0, len(cs.Copies))
-			for _, v := range cs.Copies {
-				copies = append(copies, map[string]any{"volume": v.Volume, "in": v.In, "out": v.Out})
-			}
-			c["copies"] = copies
+			c["copies"] = copiesValue(cs.Copies)
 		}
 		m["changeset"] = c
+	}
+	if len(e.Copies) > 0 {
+		m["copies"] = copiesValue(e.Copies)
 	}
 	if g := e.Gateway; g != nil {
 		gm := map[string]any{"image": g.Image, "subnet": g.Subnet.String(), "log": g.Log}
@@ -144,17 +147,10 @@ func readExtension(svc types.ServiceConfig) (Extension, error) {
 	}
 	if c, ok := r.mapping(m, at, "changeset"); ok {
 		at := at + ".changeset"
-		cs := &ExtensionChangeset{ID: r.str(c, at, "id"), Mode: r.str(c, at, "mode")}
-		for i, v := range r.list(c, at, "copies") {
-			at := at + ".copies[" + strconv.Itoa(i) + "]"
-			vm, ok := v.(map[string]any)
-			if !ok {
-				r.fail(at, "", fmt.Errorf("a %T, not a mapping", v))
-			}
-			cs.Copies = append(cs.Copies, VolumeCopy{Volume: r.str(vm, at, "volume"), In: r.str(vm, at, "in"), Out: r.str(vm, at, "out")})
-		}
+		cs := &ExtensionChangeset{ID: r.str(c, at, "id"), Mode: r.str(c, at, "mode"), Copies: r.copies(c, at)}
 		e.Changeset = cs
 	}
+	e.Copies = r.copies(m, at)
 	if g, ok := r.mapping(m, at, "gateway"); ok {
 		at := at + ".gateway"
 		gw := &ExtensionGateway{Image: r.str(g, at, "image"), Log: r.str(g, at, "log")}
@@ -195,6 +191,30 @@ func readExtension(svc types.ServiceConfig) (Extension, error) {
 		return Extension{}, fmt.Errorf("service %s: %w", svc.Name, errors.Join(r.errs...))
 	}
 	return e, nil
+}
+
+// copiesValue says copies as the extension holds them.
+func copiesValue(list []VolumeCopy) []any {
+	copies := make([]any, 0, len(list))
+	for _, v := range list {
+		copies = append(copies, map[string]any{"volume": v.Volume, "in": v.In, "out": v.Out})
+	}
+	return copies
+}
+
+// copies reads the list of copies under "copies" of m.
+func (r *reader) copies(m map[string]any, at string) []VolumeCopy {
+	var out []VolumeCopy
+	for i, v := range r.list(m, at, "copies") {
+		at := at + ".copies[" + strconv.Itoa(i) + "]"
+		vm, ok := v.(map[string]any)
+		if !ok {
+			r.fail(at, "", fmt.Errorf("a %T, not a mapping", v))
+			continue
+		}
+		out = append(out, VolumeCopy{Volume: r.str(vm, at, "volume"), In: r.str(vm, at, "in"), Out: r.str(vm, at, "out")})
+	}
+	return out
 }
 
 // reader reads the values of the extension's mappings, gathering what is

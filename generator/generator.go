@@ -93,6 +93,11 @@ type Host struct {
 	ExtraMounts []ExtraMount
 	// Engine says what differs for the engine that runs the project.
 	Engine EngineFacts
+	// RemoteLogs is, for a remote engine, the host directory of the
+	// directories (one per project, RemoteLogs/PROJECT) that hold the
+	// allowlist gateway's decision log during the run: copied into the
+	// gateway's log volume before it, and back after it.
+	RemoteLogs string
 	// TestDisk is PROPIO_SANDBOX_TEST_DISK, for tests only: a cap on what
 	// the sandbox writes below the 1g that resources.disk allows, so that a
 	// test reaches it quickly. It only ever lowers the profile's cap; 0 for
@@ -253,7 +258,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	svc.Environment = environment(p, h)
 
 	project := &types.Project{Name: o.Project, WorkingDir: h.Workspace}
-	vols, tmpfs, err := mounts(project, p, h)
+	vols, tmpfs, copies, err := mounts(project, p, h)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +307,7 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 
 	svc.Ports = Ports(p)
 
-	ext := Extension{Profile: profileLabel(p), Disk: diskCap(p, h), Timeout: time.Duration(p.Resources.Timeout)}
+	ext := Extension{Profile: profileLabel(p), Disk: diskCap(p, h), Timeout: time.Duration(p.Resources.Timeout), Copies: copies}
 	if o.Timeout > 0 {
 		ext.Timeout = o.Timeout
 	}
@@ -319,8 +324,17 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 			return nil, err
 		}
 	}
+	if h.Engine.Remote && h.Engine.VolumeRoot != "" {
+		ext.Copies = remoteBinds(project, h, &svc, ext.Copies)
+		ext.Copies = remoteGatewayLog(project, h, ext.Copies)
+	}
 	ext.Set(&svc)
 	project.Services[Service] = svc
+	if h.Engine.Remote {
+		if err := hostBinds(project); err != nil {
+			return nil, err
+		}
+	}
 	return project, nil
 }
 
@@ -368,17 +382,28 @@ func environment(p *profile.Profile, h Host) types.MappingWithEquals {
 
 // mounts lays out the filesystem: the workspace, its read-only and hidden
 // paths, the profile's extra mounts, and the writable tmpfs mounts.
-func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.ServiceVolumeConfig, types.StringList, error) {
+//
+// On a remote engine (h.Engine.Remote), a directory the sandbox only reads
+// is a snapshot: a volume filled with a copy of it (copies).
+func mounts(project *types.Project, p *profile.Profile, h Host) (_ []types.ServiceVolumeConfig, _ types.StringList, copies []VolumeCopy, _ error) {
+	snapshot := func(name, src, dst string) types.ServiceVolumeConfig {
+		v, c := snapshotMount(project, name, src, dst)
+		copies = append(copies, c)
+		return v
+	}
 	target := p.Workspace.Target
 	ws := bind(h.Workspace, target, p.Workspace.Mode != profile.ModeRW)
 	if p.Workspace.Mode == profile.ModeChangeset {
 		v, ok, err := changesetMount(project, h, WorkspaceMount, path.Clean(target))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if ok {
 			ws = v
 		}
+	}
+	if ws.Type == types.VolumeTypeBind && ws.ReadOnly && h.Engine.Remote {
+		ws = snapshot(WorkspaceMount, h.Workspace, path.Clean(target))
 	}
 	vols := []types.ServiceVolumeConfig{ws}
 
@@ -419,7 +444,7 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 			hidden = append(hidden, m.Path)
 		case m.Hide:
 			if h.EmptyFile == "" {
-				return nil, nil, fmt.Errorf("hiding %s: no empty file to mount over it", m.Path)
+				return nil, nil, nil, fmt.Errorf("hiding %s: no empty file to mount over it", m.Path)
 			}
 			vols = append(vols, bind(h.EmptyFile, dst, true))
 		case p.Workspace.Mode != profile.ModeRO:
@@ -444,18 +469,21 @@ func mounts(project *types.Project, p *profile.Profile, h Host) ([]types.Service
 		if m.Mode == profile.ModeChangeset {
 			cv, ok, err := changesetMount(project, h, "mount-"+strconv.Itoa(i), path.Clean(dst))
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if ok {
 				v = cv
 			}
 		}
+		if v.Type == types.VolumeTypeBind && v.ReadOnly && h.Engine.Remote {
+			v = snapshot("mount-"+strconv.Itoa(i), src, path.Clean(dst))
+		}
 		vols = append(vols, v)
 	}
 	if len(errs) > 0 {
-		return nil, nil, errs
+		return nil, nil, nil, errs
 	}
-	return vols, tmpfs, nil
+	return vols, tmpfs, copies, nil
 }
 
 func bind(src, dst string, readOnly bool) types.ServiceVolumeConfig {

@@ -226,6 +226,14 @@ type Facts struct {
 	// forwarding in its kernel (Podman, whose keep-id mapping comes only
 	// with it).
 	UserSpaceGateway bool
+	// Remote: the engine runs on another machine (RemoteWhy says how that
+	// was told), which has none of this host's files: the workspace goes
+	// there by copy.
+	Remote    bool
+	RemoteWhy string
+	// DataDir is where the engine keeps its images, containers and
+	// volumes (Docker's DockerRootDir, Podman's graph root), on its host.
+	DataDir string
 	// InternalNetworks: a network made internal keeps the host out of it.
 	// Podman gives the host an address on it (and serves DNS there), so an
 	// allowlist, which relies on it, cannot run there.
@@ -515,6 +523,15 @@ type Info struct {
 	Rootless bool
 	// DockerDesktop: the engine is Docker Desktop's.
 	DockerDesktop bool
+	// Remote: the engine runs on another machine (RemoteWhy says how that
+	// was told). CPUs and Memory are its host's; Published are the host
+	// addresses its containers publish ports on (ADDRESS:PORT/PROTO),
+	// read for a remote engine only.
+	Remote    bool
+	RemoteWhy string
+	CPUs      float64
+	Memory    int64
+	Published []string
 }
 
 // Storage is how the engine keeps containers' writable layers, and whether

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/docker/cli/cli/command"
+	"github.com/docker/cli/cli/context/docker"
 	"github.com/docker/cli/cli/flags"
 	"github.com/docker/compose/v5/pkg/api"
 	"github.com/docker/compose/v5/pkg/compose"
@@ -132,6 +133,14 @@ func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
 	if loc.opts != nil {
 		// A context's endpoint: its own host and TLS, not DOCKER_CERT_PATH's.
 		opts = loc.opts
+	} else if strings.HasPrefix(host, "ssh://") {
+		// DOCKER_HOST=ssh://...: through ssh, as the docker CLI goes
+		// (`ssh ... docker system dial-stdio` on the engine's host).
+		ep := docker.Endpoint{EndpointMeta: docker.EndpointMeta{Host: host}}
+		var err error
+		if opts, err = ep.ClientOpts(); err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", host, err)
+		}
 	}
 	if apiVersion != "" {
 		// Known from the socket's ping: no second one to negotiate it.

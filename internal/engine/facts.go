@@ -39,6 +39,8 @@ func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
 	f.Rootless = f.Rootless || info.Rootless
 	f.DockerDesktop = info.DockerDesktop
 	f.Local = info.Storage.Local
+	f.Remote, f.RemoteWhy = info.Remote, info.RemoteWhy
+	f.DataDir = info.DataDir
 	f.StorageQuota, f.StorageWhy = info.Storage.Quota, info.Storage.Why
 	return f, nil
 }

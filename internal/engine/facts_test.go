@@ -66,8 +66,13 @@ func TestFacts(t *testing.T) {
 	want.DockerDesktop = strings.Contains(osName, "Docker Desktop")
 	want.Local = info.Storage.Local
 	want.StorageQuota, want.StorageWhy = info.Storage.Quota, info.Storage.Why
+	want.DataDir = info.DataDir
+	want.Remote, want.RemoteWhy = info.Remote, info.RemoteWhy
 	if facts != want {
 		t.Errorf("Facts = %+v\nwant    %+v", facts, want)
+	}
+	if strings.HasPrefix(eng.Host, "unix://") && facts.Remote {
+		t.Errorf("an engine on a unix socket of this host is remote: %+v", facts)
 	}
 	if strings.HasPrefix(eng.Host, "unix://") && !facts.DockerDesktop && !facts.Local {
 		t.Errorf("an engine on a unix socket of this host is not local: %+v", facts)

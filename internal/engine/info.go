@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -55,11 +57,44 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 	in.Rootless = in.Rootless || e.Rootless
 	in.DockerDesktop = strings.Contains(res.Info.OperatingSystem, "Docker Desktop")
 	in.Storage = storageOf(res.Info, e.Kind, e.Host)
-	keepEngineInfo(e.identity, in)
+	in.Remote, in.RemoteWhy = remoteOf(res.Info, e.Host)
+	in.CPUs, in.Memory = float64(res.Info.NCPU), res.Info.MemTotal
+	if in.Remote {
+		// What the engine's containers publish changes from launch to
+		// launch: never kept (an engine elsewhere is not named anyway).
+		if in.Published, err = e.published(ctx); err != nil {
+			return Info{}, err
+		}
+	} else {
+		keepEngineInfo(e.identity, in)
+	}
 	e.infoMu.Lock()
 	e.info = &in
 	e.infoMu.Unlock()
 	return in, nil
+}
+
+// published are the host addresses the engine's containers publish ports
+// on, as ADDRESS:PORT/PROTO (0.0.0.0 for all of its addresses).
+func (e *Engine) published(ctx context.Context) ([]string, error) {
+	res, err := e.cli.Client().ContainerList(ctx, client.ContainerListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the engine's containers for the ports they publish: %w", err)
+	}
+	var out []string
+	for _, c := range res.Items {
+		for _, p := range c.Ports {
+			if p.PublicPort != 0 {
+				ip := "0.0.0.0"
+				if p.IP.IsValid() {
+					ip = p.IP.String()
+				}
+				out = append(out, fmt.Sprintf("%s/%s", net.JoinHostPort(ip, strconv.Itoa(int(p.PublicPort))), p.Type))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // cachedInfo is the info read last (preflight reads it before the run), or

@@ -79,6 +79,24 @@ func onThisHost(info system.Info, host string) (bool, string) {
 	return true, ""
 }
 
+// remoteOf tells whether the engine runs on another machine, and why: it
+// is reached over the network (ssh://, tcp://: even on this machine's
+// loopback, it is taken for another's, whose files are copied to it), or
+// its host's name is not this one's. Docker Desktop's VM is not another
+// machine: it shares this host's files.
+func remoteOf(info system.Info, host string) (bool, string) {
+	if !strings.HasPrefix(host, "unix://") && !strings.HasPrefix(host, "npipe://") {
+		return true, "the engine at " + host + " is reached over the network"
+	}
+	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
+		return false, ""
+	}
+	if h, _ := os.Hostname(); info.Name != "" && h != "" && info.Name != h {
+		return true, fmt.Sprintf("the engine at %s runs on host %s, not on this one (%s)", host, info.Name, h)
+	}
+	return false, ""
+}
+
 // mountOptions returns the type and the options (mount and super block) of
 // the file system that holds path, from this process's mount table.
 func mountOptions(path string) (fstype, options string, err error) {

@@ -182,7 +182,8 @@ func Gather(p *profile.Profile, workspace string, dirs Dirs) (generator.Host, []
 	}
 	for _, m := range h.Matches {
 		if m.Hide && !m.Dir {
-			if h.EmptyFile, err = emptyFile(dirs.State); err != nil {
+			// In a directory of its own, which a remote engine gets a copy of.
+			if h.EmptyFile, err = emptyFile(filepath.Join(dirs.State, "mask")); err != nil {
 				return generator.Host{}, nil, err
 			}
 			break

@@ -267,19 +267,34 @@ func (c *checker) envRequired(context.Context) Result {
 	return pass("set: " + strings.Join(c.Profile.Env.Required, ", "))
 }
 
-func (c *checker) resources(context.Context) Result {
-	r := c.Profile.Resources
-	var problems []string
-	if c.Limits.CPUs > 0 && r.CPUs > c.Limits.CPUs {
-		problems = append(problems, fmt.Sprintf("cpus %g is more than this host's %g cores", r.CPUs, c.Limits.CPUs))
+// remote connects to the engine, unless done, and tells whether it runs on
+// another machine: then the checks of the host's resources, ports and SSH
+// agent look at that machine, as its engine reports it. False when the
+// engine cannot be reached (the engine check says why).
+func (c *checker) remote(ctx context.Context) bool {
+	if _, err := c.connect(ctx); err != nil || c.infoErr != nil {
+		return false
 	}
-	if c.Limits.Memory > 0 && int64(r.Memory) > c.Limits.Memory {
-		problems = append(problems, fmt.Sprintf("memory %s is more than this host's %s", r.Memory, units.BytesSize(float64(c.Limits.Memory))))
+	return c.info.Remote
+}
+
+func (c *checker) resources(ctx context.Context) Result {
+	r := c.Profile.Resources
+	limits, where := c.Limits, "this host"
+	if c.remote(ctx) {
+		limits, where = profile.Limits{CPUs: c.info.CPUs, Memory: c.info.Memory}, "the engine's host"
+	}
+	var problems []string
+	if limits.CPUs > 0 && r.CPUs > limits.CPUs {
+		problems = append(problems, fmt.Sprintf("cpus %g is more than %s's %g cores", r.CPUs, where, limits.CPUs))
+	}
+	if limits.Memory > 0 && int64(r.Memory) > limits.Memory {
+		problems = append(problems, fmt.Sprintf("memory %s is more than %s's %s", r.Memory, where, units.BytesSize(float64(limits.Memory))))
 	}
 	if len(problems) > 0 {
-		return fail(strings.Join(problems, "; "), "lower resources.cpus and resources.memory in "+c.file()+" to what this host has")
+		return fail(strings.Join(problems, "; "), "lower resources.cpus and resources.memory in "+c.file()+" to what "+where+" has")
 	}
-	return pass(fmt.Sprintf("cpus %g and memory %s fit this host", r.CPUs, r.Memory))
+	return pass(fmt.Sprintf("cpus %g and memory %s fit %s", r.CPUs, r.Memory, where))
 }
 
 // MountsHint is what to do about a required mount source that does not exist.
@@ -312,10 +327,24 @@ func MissingMounts(p *profile.Profile, h generator.Host, stat func(string) (fs.F
 	return missing, exist
 }
 
-func (c *checker) mounts(context.Context) Result {
+func (c *checker) mounts(ctx context.Context) Result {
 	missing, n := MissingMounts(c.Profile, c.Host, c.Stat)
 	if len(missing) > 0 {
 		return fail(strings.Join(missing, "; "), MountsHint)
+	}
+	if c.remote(ctx) {
+		var rw []string
+		for i, m := range c.Profile.Mounts {
+			if m.Mode == profile.ModeRW {
+				rw = append(rw, fmt.Sprintf("%s: mounts[%d].mode: rw", c.Profile.Pos("mounts", strconv.Itoa(i), "mode"), i))
+			}
+		}
+		if len(rw) > 0 {
+			return fail(c.info.RemoteWhy+": its sandbox cannot write to a directory of this host: "+strings.Join(rw, "; "),
+				"use mode changeset (the writes come back as a changeset to review and apply) or ro (a copy the sandbox reads)",
+				"or run it with an engine on this host")
+		}
+		return pass(fmt.Sprintf("%d mount source(s) exist, copied to the engine's host", n))
 	}
 	return pass(fmt.Sprintf("%d mount source(s) exist", n))
 }
@@ -323,7 +352,7 @@ func (c *checker) mounts(context.Context) Result {
 // sshAgent checks, when forwarding is on (by the profile or
 // PROPIO_SANDBOX_SSH_AGENT), that SSH_AUTH_SOCK names a socket an agent
 // answers on. Under auto a missing agent is only a warning, later.
-func (c *checker) sshAgent(context.Context) Result {
+func (c *checker) sshAgent(ctx context.Context) Result {
 	getenv := func(k string) (string, bool) { return c.LookupEnv(k) }
 	mode, err := sshagent.ModeFrom(c.Profile.SSHAgent, getenv)
 	if err != nil {
@@ -331,6 +360,10 @@ func (c *checker) sshAgent(context.Context) Result {
 	}
 	if mode != sshagent.On {
 		return pass("SSH agent forwarding is " + string(cmpMode(mode)) + ": nothing to check")
+	}
+	if c.remote(ctx) {
+		return fail(c.info.RemoteWhy+": SSH agent forwarding is on, and the agent's socket cannot be mounted into a sandbox on another machine (forwarding over the engine's connection is not done)",
+			"set ssh_agent: \"off\" in "+c.file()+", or "+sshagent.EnvMode+"=off", "or run it with an engine on this host")
 	}
 	hints := []string{
 		"start an agent and add a key (eval \"$(ssh-agent)\"; ssh-add), then run again",
@@ -355,7 +388,8 @@ func cmpMode(m sshagent.Mode) sshagent.Mode {
 	return m
 }
 
-func (c *checker) ports(context.Context) Result {
+func (c *checker) ports(ctx context.Context) Result {
+	remote := c.remote(ctx)
 	var taken, free []string
 	for _, p := range generator.Ports(c.Profile) {
 		lo, hi, err := portRange(p.Published)
@@ -368,6 +402,14 @@ func (c *checker) ports(context.Context) Result {
 		}
 		for port := lo; port <= hi; port++ {
 			addr := net.JoinHostPort(p.HostIP, strconv.Itoa(port))
+			if remote {
+				if by := publishedOn(c.info.Published, p.HostIP, port, proto); by != "" {
+					taken = append(taken, fmt.Sprintf("%s/%s (a container of the engine publishes %s)", addr, proto, by))
+				} else {
+					free = append(free, addr+"/"+proto)
+				}
+				continue
+			}
 			l, err := c.Listen(proto, addr)
 			if err != nil {
 				taken = append(taken, fmt.Sprintf("%s/%s (%v)", addr, proto, err))
@@ -383,7 +425,27 @@ func (c *checker) ports(context.Context) Result {
 	if len(free) == 0 {
 		return pass("the profile publishes no ports")
 	}
+	if remote {
+		return pass("not published by the engine's containers, on its host: " + strings.Join(free, ", "))
+	}
 	return pass("free: " + strings.Join(free, ", "))
+}
+
+// publishedOn is the published address of list (ADDRESS:PORT/PROTO) that
+// holds port for proto on ip ("" or 0.0.0.0: every address), or "".
+func publishedOn(list []string, ip string, port int, proto string) string {
+	all := func(a string) bool { return a == "" || a == "0.0.0.0" || a == "::" }
+	for _, p := range list {
+		hp, pr, _ := strings.Cut(p, "/")
+		h, po, err := net.SplitHostPort(hp)
+		if err != nil || pr != proto || po != strconv.Itoa(port) {
+			continue
+		}
+		if all(h) || all(ip) || h == ip {
+			return p
+		}
+	}
+	return ""
 }
 
 // portRange reads "8080" or "8080-8082".
@@ -422,10 +484,17 @@ func (c *checker) engine(ctx context.Context) Result {
 	if c.infoErr != nil {
 		return fail(c.infoErr.Error(), "check that the engine answers (docker info)")
 	}
+	if c.info.Remote && c.Profile.Network.Mode == "allowlist" && c.Profile.Network.Asks() {
+		return fail(fmt.Sprintf("%s; %s: network.unlisted: ask does not run on an engine on another machine yet (its gateway asks through a directory of this host)", engineReason(c.info), c.Profile.Pos("network", "unlisted")),
+			"use network.unlisted: deny there, or run it with an engine on this host")
+	}
 	if c.Profile.Network.Mode == "allowlist" && c.info.Kind == "podman" && c.info.Rootless {
 		return fail(engineReason(c.info)+"; network.mode allowlist does not run on rootless Podman yet (the fence that keeps its sandbox off the host's address on the sandbox network is made as root)",
 			"use rootful Podman (4.3.1 or newer: the tested version) or Docker for this profile",
 			"or a profile without an allowlist here (-p open, or -p offline)")
+	}
+	if c.info.Remote {
+		return pass(engineReason(c.info) + "; on another machine (" + c.info.RemoteWhy + "): the workspace goes there by copy")
 	}
 	return pass(engineReason(c.info))
 }

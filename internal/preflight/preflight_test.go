@@ -49,6 +49,17 @@ type hintedErr struct{ error }
 
 func (hintedErr) Hints() []string { return []string{"start the engine"} }
 
+// remoteEngine is goodEngine on another machine, with 8 cores and 16g, a
+// container of which publishes 127.0.0.1:8080/tcp.
+func remoteEngine(in *preflight.Inputs) {
+	e := goodEngine
+	e.info.Kind, e.info.Version, e.info.Host = "docker", "26.1.5", "ssh://me@far.test"
+	e.info.Remote, e.info.RemoteWhy = true, "the engine at ssh://me@far.test is reached over the network"
+	e.info.CPUs, e.info.Memory, e.info.Published = 8, 16<<30, []string{"127.0.0.1:8080/tcp", "0.0.0.0:9001/udp"}
+	in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+	in.Listen = func(string, string) (io.Closer, error) { return nil, errors.New("this host's port, not the engine's") }
+}
+
 var goodEngine = fakeEngine{
 	info:   backend.Info{Arch: "amd64", DataDir: "/var/lib/docker", Runtimes: []string{"runc", "runsc"}, DefaultRuntime: "runc"},
 	images: map[string]string{"img:1": "amd64", "arm:1": "arm64"},
@@ -174,6 +185,12 @@ func TestChecks(t *testing.T) {
 		{name: "resources too many cpus", check: preflight.Resources, yaml: "resources: {cpus: 2, memory: 2g}\n", adjust: func(in *preflight.Inputs) { in.Limits.CPUs = 1 }, reason: "more than this host's 1 cores", hint: "lower"},
 		{name: "resources too much memory", check: preflight.Resources, yaml: "resources: {cpus: 2, memory: 2g}\n", adjust: func(in *preflight.Inputs) { in.Limits.Memory = 1 << 30 }, reason: "memory 2g is more than", hint: "lower"},
 
+		{name: "resources fit a remote engine's host", check: preflight.Resources, yaml: "resources: {cpus: 6, memory: 12g}\n", adjust: remoteEngine, ok: true, reason: "cpus 6 and memory 12g fit the engine's host"},
+		{name: "resources beyond a remote engine's host", check: preflight.Resources, yaml: "resources: {cpus: 2, memory: 20g}\n", adjust: remoteEngine, reason: "memory 20g is more than the engine's host's 16GiB", hint: "to what the engine's host has"},
+
+		{name: "mounts ro and changeset on a remote engine", check: preflight.Mounts, yaml: "mounts: [{source: ., target: /data, mode: ro}, {source: ., target: /w, mode: changeset}]\n", adjust: remoteEngine, ok: true, reason: "copied to the engine's host"},
+		{name: "mount rw on a remote engine", check: preflight.Mounts, yaml: "mounts: [{source: ., target: /data, mode: ro}, {source: ., target: /w, mode: rw}]\n", adjust: remoteEngine,
+			reason: "the engine at ssh://me@far.test is reached over the network: its sandbox cannot write to a directory of this host: ", hint: "use mode changeset"},
 		{name: "mounts exist", check: preflight.Mounts, yaml: "mounts: [{source: ., target: /data}, {source: ./gone, target: /gone, optional: true}]\n", ok: true, reason: "1 mount source(s) exist"},
 		{name: "mount missing", check: preflight.Mounts, yaml: "mounts: [{source: ./gone, target: /gone}]\n", reason: "profile.yaml:2:19: mounts[0].source:", hint: "optional: true"},
 
@@ -181,7 +198,14 @@ func TestChecks(t *testing.T) {
 		{name: "ports free", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8081:80\", \"0.0.0.0:9000-9001:90-91/udp\"]\n", adjust: func(in *preflight.Inputs) { in.Listen = occupied }, ok: true, reason: "127.0.0.1:8081/tcp"},
 		{name: "port taken", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8080\"]\n", adjust: func(in *preflight.Inputs) { in.Listen = occupied }, reason: "127.0.0.1:8080/tcp (address already in use)", hint: "another host port"},
 
+		{name: "ports of a remote engine's host", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8081:80\", \"9002:90/udp\"]\n", adjust: remoteEngine, ok: true, reason: "not published by the engine's containers, on its host: 127.0.0.1:8081/tcp, 127.0.0.1:9002/udp"},
+		{name: "port taken on all of a remote engine's addresses", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"9001:90/udp\"]\n", adjust: remoteEngine, reason: "127.0.0.1:9001/udp (a container of the engine publishes 0.0.0.0:9001/udp)", hint: "another host port"},
+		{name: "port taken on a remote engine's host", check: preflight.Ports, yaml: "network: {mode: open}\nports: [\"8080:80\"]\n", adjust: remoteEngine, reason: "127.0.0.1:8080/tcp (a container of the engine publishes 127.0.0.1:8080/tcp)", hint: "another host port"},
+
 		{name: "engine ok", check: preflight.Engine, ok: true, reason: "reachable"},
+		{name: "engine on another machine", check: preflight.Engine, adjust: remoteEngine, ok: true, reason: "at ssh://me@far.test, amd64; on another machine (the engine at ssh://me@far.test is reached over the network): the workspace goes there by copy"},
+		{name: "allowlist on a remote engine", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test]}\n", adjust: remoteEngine, ok: true, reason: "on another machine"},
+		{name: "ask on a remote engine", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test], unlisted: ask}\n", adjust: remoteEngine, reason: "profile.yaml:2:55: network.unlisted: ask does not run on an engine on another machine yet", hint: "network.unlisted: deny"},
 		{name: "engine names itself", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
 			e := goodEngine
 			e.info.Kind, e.info.Version, e.info.Host, e.info.Context, e.info.ContextFrom = "docker", "26.1.5", "unix:///d.sock", "desk", "DOCKER_CONTEXT"
@@ -406,9 +430,12 @@ func TestSSHAgentCheck(t *testing.T) {
 	tests := map[string]struct {
 		profileMode string
 		env         map[string]string
+		remote      bool
 		ok          bool
 		reason      string
 	}{
+		"on, a remote engine":         {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": live}, remote: true, reason: "reached over the network: SSH agent forwarding is on, and the agent's socket cannot be mounted into a sandbox on another machine"},
+		"auto, a remote engine":       {profileMode: "auto", env: map[string]string{"SSH_AUTH_SOCK": live}, remote: true, ok: true},
 		"off":                         {profileMode: "off", ok: true},
 		"auto without an agent":       {profileMode: "auto", ok: true},
 		"on with an agent":            {profileMode: "on", env: map[string]string{"SSH_AUTH_SOCK": live}, ok: true},
@@ -422,6 +449,10 @@ func TestSSHAgentCheck(t *testing.T) {
 			in := preflight.Inputs{
 				Profile:   &profile.Profile{SSHAgent: tc.profileMode},
 				LookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok },
+			}
+			if tc.remote {
+				in.Profile.Meta.File = "profile.yaml"
+				remoteEngine(&in)
 			}
 			for _, c := range preflight.Checks(in) {
 				if c.Name != preflight.SSHAgent {

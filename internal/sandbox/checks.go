@@ -93,6 +93,11 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 	code, err := Run(ctx, s.rt, project, RunOptions{ImageChecked: true, Streams: backend.Streams{Out: &out, Err: &out}, LookupEnv: lookup, Host: s.host})
 	if s.Profile.Network.Mode == "allowlist" {
 		dropRunDirs(o.Project)
+		if s.facts.Remote {
+			if lerr := settleRemoteLog(s.Env.Dirs, o.Project); lerr != nil && err == nil {
+				err = lerr
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, ErrTimeout):

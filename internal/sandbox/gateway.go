@@ -125,6 +125,11 @@ func (l *launch) gatewayFiles(project string, subnet netip.Prefix, newLog bool) 
 			return err
 		}
 	}
+	if l.facts.Remote {
+		if err := stageRemoteLog(dirs, project); err != nil {
+			return err
+		}
+	}
 	if l.plan.Profile.Network.Asks() {
 		base, err := ask.BaseDir()
 		if err != nil {
@@ -133,6 +138,55 @@ func (l *launch) gatewayFiles(project string, subnet netip.Prefix, newLog bool) 
 		if _, err := ask.Make(base, project, l.plan.Env.Workspace); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// remoteLogs holds the directories where the decision logs of gateways on
+// a remote engine are staged, one per project (remoteLogDir): copied into
+// the gateway's log volume before the run, and back after it
+// (generator.Host.RemoteLogs).
+func remoteLogs(dirs hostinfo.Dirs) string { return filepath.Join(dirs.State, "remote-logs") }
+
+// remoteLogDir is where the decision log of project's gateway on a remote
+// engine is staged.
+func remoteLogDir(dirs hostinfo.Dirs, project string) string {
+	return filepath.Join(remoteLogs(dirs), project)
+}
+
+// stageRemoteLog puts a copy of project's decision log, as started, alone
+// in its remoteLogDir.
+func stageRemoteLog(dirs hostinfo.Dirs, project string) error {
+	stage := remoteLogDir(dirs, project)
+	if err := os.RemoveAll(stage); err != nil {
+		return fmt.Errorf("staging the gateway log for the engine: %w", err)
+	}
+	if err := os.MkdirAll(stage, 0o700); err != nil {
+		return fmt.Errorf("staging the gateway log for the engine: %w", err)
+	}
+	b, err := os.ReadFile(decisionlog.Path(dirs.LogDir(), project))
+	if err != nil {
+		return fmt.Errorf("staging the gateway log for the engine: %w", err)
+	}
+	if err := os.WriteFile(decisionlog.Path(stage, project), b, 0o600); err != nil {
+		return fmt.Errorf("staging the gateway log for the engine: %w", err)
+	}
+	return nil
+}
+
+// settleRemoteLog puts the decision log that came back from a remote
+// engine's gateway in the log directory, in place of the one started
+// there, and removes its stage. Without one (the gateway never ran, or its
+// copy back failed), the started log stays.
+func settleRemoteLog(dirs hostinfo.Dirs, project string) error {
+	stage := remoteLogDir(dirs, project)
+	defer os.RemoveAll(stage)
+	from := decisionlog.Path(stage, project)
+	if _, err := os.Stat(from); err != nil {
+		return nil
+	}
+	if err := os.Rename(from, decisionlog.Path(dirs.LogDir(), project)); err != nil {
+		return fmt.Errorf("keeping the gateway log that came back from the engine: %w", err)
 	}
 	return nil
 }

@@ -167,6 +167,11 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.facts = facts
+	if facts.Remote {
+		if err := l.onRemote(facts.RemoteWhy); err != nil {
+			return 0, err
+		}
+	}
 	res := <-listed
 	names, err := res.names, res.err
 	if err != nil {
@@ -201,6 +206,23 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	defer s.spares.Wait() // the next run's gateway is handed over
 	s.opts.Project = s.name.Name
 	return s.run(ctx, names)
+}
+
+// onRemote puts a workspace in mode rw in changeset mode, for an engine on
+// another machine (why says how that was told): the workspace goes there
+// by copy, and what the sandbox writes comes back as a changeset to review
+// and apply. A workspace in mode ro is copied there, read-only; so are
+// mounts in mode ro (the generator's snapshots); preflight has refused
+// mounts in mode rw.
+func (l *Launch) onRemote(why string) error {
+	if l.Profile.Workspace.Mode != profile.ModeRW {
+		return nil
+	}
+	if err := l.Profile.ForceChangeset(); err != nil {
+		return fmt.Errorf("%s, so the workspace goes there by copy, in changeset mode: %w", why, err)
+	}
+	l.Report.Note(why + ": the workspace goes there by copy, and what the sandbox writes comes back as a changeset to review and apply")
+	return nil
 }
 
 // namesResult is what namesOn found.
@@ -310,6 +332,9 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 	s.adjust = append(s.adjust, func(h *generator.Host) {
 		if agent.Forward {
 			h.SSHAgent = generator.SSHAgent{Source: agent.Source, Relabel: agent.Relabel}
+		}
+		if s.facts.Remote {
+			h.RemoteLogs = remoteLogs(s.Env.Dirs)
 		}
 	}, s.engineFacts)
 	return s.guarded(func(check *guardCheck) (int, error) {
@@ -487,6 +512,11 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 	}
 	if allowlist {
 		dropRunDirs(s.opts.Project)
+		if s.facts.Remote {
+			if lerr := settleRemoteLog(s.Env.Dirs, s.opts.Project); lerr != nil {
+				s.report.Warn(lerr.Error())
+			}
+		}
 	}
 	return code, err
 }
@@ -560,6 +590,7 @@ func (s *launch) forwardSSHAgent(ctx context.Context) (sshagent.Result, error) {
 		GOOS:          runtime.GOOS,
 		Engine:        s.facts.Kind,
 		AuthSock:      sock,
+		Remote:        s.facts.RemoteWhy,
 		DockerDesktop: func(context.Context) (bool, error) { return s.facts.DockerDesktop, nil },
 		VMPathExists: func(ctx context.Context, path string) (bool, error) {
 			return s.rt.PathExists(ctx, s.Profile.Image, path)

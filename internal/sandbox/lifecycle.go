@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -535,7 +536,15 @@ func (r *run) copyBack(svc types.ServiceConfig) []error {
 	defer cancel()
 	var errs []error
 	for _, c := range r.copies {
-		if err := r.rt.CopyOut(ctx, r.volume(svc, c), c.To); err != nil {
+		if c.To == "" {
+			continue // a snapshot: nothing comes back
+		}
+		err := r.rt.CopyOut(ctx, r.volume(svc, c), c.To)
+		switch {
+		case err != nil && c.Volume == generator.GatewayLogVolumeKey:
+			// Not what the sandbox wrote: its changeset stays whole.
+			errs = append(errs, fmt.Errorf("copying the gateway's decision log back from the engine: %w", err))
+		case err != nil:
 			errs = append(errs, fmt.Errorf("%w: %w", ErrCopyOut, err))
 		}
 	}
@@ -663,13 +672,15 @@ func volumeUppers(project *types.Project) map[string]string {
 	return out
 }
 
-// copiesOf are the copies a copy changeset makes, as the extension says.
+// copiesOf are the copies a copy changeset makes, and a remote engine's
+// snapshots (copied in only), as the extension says.
 func copiesOf(ext generator.Extension) []backend.VolumeCopy {
-	if ext.Changeset == nil {
-		return nil
+	all := ext.Copies
+	if ext.Changeset != nil {
+		all = append(slices.Clone(ext.Changeset.Copies), all...)
 	}
 	var out []backend.VolumeCopy
-	for _, c := range ext.Changeset.Copies {
+	for _, c := range all {
 		out = append(out, backend.VolumeCopy{Volume: c.Volume, From: c.In, To: c.Out})
 	}
 	return out

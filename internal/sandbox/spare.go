@@ -252,7 +252,7 @@ type adoption struct {
 func (s *launch) spareable() bool {
 	p := s.Profile
 	return s.keep > 0 && s.Keep == nil && p.Network.Mode == "allowlist" && !p.Network.Asks() &&
-		s.facts.InternalNetworks && !s.tempEngine
+		s.facts.InternalNetworks && !s.tempEngine && !s.facts.Remote
 }
 
 // adoptSpare adopts a gateway prepared ahead for this workspace that is

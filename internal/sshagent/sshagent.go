@@ -139,6 +139,10 @@ type Config struct {
 	GOOS     string // runtime.GOOS of the launcher
 	Engine   string // Docker or Podman
 	AuthSock string // the launcher's SSH_AUTH_SOCK; "" when unset
+	// Remote, when set, says why the engine is on another machine: the
+	// agent's socket cannot be mounted there, so On is refused and Auto
+	// forwards nothing, saying so.
+	Remote string
 
 	// DockerDesktop says whether the engine is Docker Desktop (its info's
 	// OperatingSystem or Name). Required for Docker on macOS.
@@ -234,6 +238,16 @@ func Setup(ctx context.Context, c Config) (Result, error) {
 	}
 	if c.Engine != Docker && c.Engine != Podman {
 		return res, fmt.Errorf("forwarding the SSH agent: unknown engine %q", c.Engine)
+	}
+	if c.Remote != "" {
+		problem := c.Remote + ": the agent's socket cannot be mounted into a sandbox on another machine (forwarding over the engine's connection is not done)"
+		if c.Mode == On {
+			return res, fatal(nil, problem, "run it with an engine on this host")
+		}
+		if c.AuthSock != "" {
+			res.Warnings = append(res.Warnings, "SSH agent forwarding skipped: "+problem)
+		}
+		return res, nil
 	}
 	if c.AuthSock == "" {
 		if c.Mode == On {

@@ -408,3 +408,33 @@ func TestRealImplementations(t *testing.T) {
 		t.Error("commandError without stderr")
 	}
 }
+
+// TestRemoteEngine: an engine on another machine gets no agent: on is
+// fatal, saying why; auto warns when there is an agent to forward; nothing
+// runs either way.
+func TestRemoteEngine(t *testing.T) {
+	t.Parallel()
+	const why = "the engine at ssh://far.test is reached over the network"
+	for _, tc := range []struct {
+		mode     Mode
+		sock     string
+		warnings int
+	}{{On, agent, 0}, {Auto, agent, 1}, {Auto, "", 0}} {
+		t.Run(fmt.Sprintf("%s/%q", tc.mode, tc.sock), func(t *testing.T) {
+			t.Parallel()
+			r := &fakeRunner{}
+			c := config("linux", Docker, tc.mode, r, newClock(true))
+			c.AuthSock, c.Remote = tc.sock, why
+			c.Stat = fakeStat(map[string]fs.FileMode{agent: fs.ModeSocket})
+			res, err := Setup(context.Background(), c)
+			if tc.mode == On {
+				wantFatal(t, err, why+": the agent's socket cannot be mounted into a sandbox on another machine", "engine on this host")
+			} else if err != nil || len(res.Warnings) != tc.warnings || tc.warnings > 0 && !strings.Contains(res.Warnings[0], why) {
+				t.Errorf("Setup: %v, warnings %q; want %d saying %q", err, res.Warnings, tc.warnings, why)
+			}
+			if res.Forward || len(r.lines()) > 0 {
+				t.Errorf("forward %v after running %q", res.Forward, r.lines())
+			}
+		})
+	}
+}

@@ -58,6 +58,12 @@ const engineUp = time.Minute
 // PROPIO_E2E=require.
 func PrivateDocker(tb testing.TB, images ...string) *Engine {
 	tb.Helper()
+	return privateDocker(tb, nil, images)
+}
+
+// privateDocker is PrivateDocker with more arguments for dockerd.
+func privateDocker(tb testing.TB, more []string, images []string) *Engine {
+	tb.Helper()
 	if reason := privateDockerMissing(); reason != "" {
 		skipOrFail(tb, "a private Docker engine: "+reason)
 	}
@@ -82,6 +88,7 @@ func PrivateDocker(tb testing.TB, images ...string) *Engine {
 		// Its containers' cgroups apart from the shared engine's, so that
 		// what a killed dockerd leaves running can be found.
 		"--cgroup-parent", "/" + e.netns}
+	e.args = append(e.args, more...)
 	e.Start()
 	for _, image := range images {
 		e.load(image)

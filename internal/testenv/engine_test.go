@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -49,4 +50,34 @@ func TestPrivateDocker(t *testing.T) {
 		t.Fatalf("the container is not listed after the restart: %v %q", err, out)
 	}
 	e.Kill()
+}
+
+// TestPrivateRemoteDocker: the private engine answers the docker CLI
+// through ssh:// (with the test's ssh) and through tcp:// with TLS, and
+// refuses a TLS client without the test's certificate.
+func TestPrivateRemoteDocker(t *testing.T) {
+	testenv.RequireEngine(t)
+	r := testenv.PrivateRemoteDocker(t)
+	cli := func(env []string, args ...string) (string, error) {
+		cmd := exec.Command("docker", args...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Env = append(cmd.Env, "DOCKER_CONFIG="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	want, err := r.Docker("info", "--format", "{{.ID}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssh := []string{"PATH=" + r.SSHBin + ":" + os.Getenv("PATH"), "DOCKER_HOST=" + r.SSHHost}
+	if out, err := cli(ssh, "info", "--format", "{{.ID}}"); err != nil || out != want {
+		t.Errorf("docker info through %s: %v: %s, want %s", r.SSHHost, err, out, want)
+	}
+	tls := []string{"DOCKER_HOST=" + r.TLSHost, "DOCKER_TLS_VERIFY=1", "DOCKER_CERT_PATH=" + r.CertDir}
+	if out, err := cli(tls, "info", "--format", "{{.ID}}"); err != nil || out != want {
+		t.Errorf("docker info through %s: %v: %s, want %s", r.TLSHost, err, out, want)
+	}
+	if out, err := cli([]string{"DOCKER_HOST=" + r.TLSHost}, "info", "--format", "{{.ID}}"); err == nil && out == want {
+		t.Errorf("docker info through %s without TLS answered: %s", r.TLSHost, out)
+	}
 }
