@@ -50,12 +50,19 @@ func objects(t *testing.T, name string) *generator.KubeObjects {
 // count is how many objects of the sandbox name each kind has.
 func count(t *testing.T, c *kubeapi.Client, ns, name string) map[string]int {
 	t.Helper()
+	return countSelected(t, c, ns, generator.KubeLabelSandbox+"="+name)
+}
+
+// countSelected is how many objects the label selector selects in the
+// namespace, by kind, those being deleted left out.
+func countSelected(t *testing.T, c *kubeapi.Client, ns, selector string) map[string]int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out := map[string]int{}
 	for _, k := range []struct{ av, kind string }{{"v1", "Pod"}, {"v1", "Secret"}, {"v1", "ConfigMap"}, {"networking.k8s.io/v1", "NetworkPolicy"}} {
 		p, _ := kubeapi.Path(k.av, k.kind, ns)
-		raw, err := c.Do(ctx, http.MethodGet, p, map[string][]string{"labelSelector": {generator.KubeLabelSandbox + "=" + name}}, nil)
+		raw, err := c.Do(ctx, http.MethodGet, p, map[string][]string{"labelSelector": {selector}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,14 +88,21 @@ func count(t *testing.T, c *kubeapi.Client, ns, name string) map[string]int {
 // waitGone waits, bounded, until the sandbox has no object left.
 func waitGone(t *testing.T, c *kubeapi.Client, ns, name string, limit time.Duration) {
 	t.Helper()
+	waitSelectedGone(t, c, ns, generator.KubeLabelSandbox+"="+name, limit)
+}
+
+// waitSelectedGone waits, bounded, until the label selector selects no
+// object in the namespace.
+func waitSelectedGone(t *testing.T, c *kubeapi.Client, ns, selector string, limit time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		left := count(t, c, ns, name)
+		left := countSelected(t, c, ns, selector)
 		if len(left) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v, sandbox %s still has %v", limit, name, left)
+			t.Fatalf("after %v, %s still selects %v", limit, selector, left)
 		}
 		time.Sleep(250 * time.Millisecond) // the garbage collector's work
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -89,7 +90,7 @@ func (a *app) lsTable(list []sandbox.Sandbox) error {
 func newGC(a *app) *cobra.Command {
 	var prepared bool
 	cmd := &cobra.Command{
-		Use:   "gc [--prepared]",
+		Use:   "gc [--prepared] [--engine kubernetes [-n NAMESPACE]]",
 		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes); stop persistent sandboxes whose supervisor was killed",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.gc(prepared) },
@@ -102,6 +103,9 @@ func newGC(a *app) *cobra.Command {
 // whose supervisor was killed, and, with prepared, the gateways prepared
 // ahead.
 func (a *app) gc(prepared bool) error {
+	if a.engine == sandbox.Kubernetes {
+		return a.gcCluster(prepared)
+	}
 	dirs, err := hostinfo.UserDirs()
 	if err != nil {
 		return err
@@ -131,4 +135,22 @@ func (a *app) gc(prepared bool) error {
 		fmt.Fprintln(a.stdout, "nothing to remove")
 	}
 	return err
+}
+
+// gcCluster removes what killed launchers of this host left in the
+// cluster's namespace.
+func (a *app) gcCluster(prepared bool) error {
+	if prepared {
+		return usageError{errors.New("--prepared: no gateway is prepared ahead on a cluster")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	removed, err := sandbox.GCCluster(ctx, a.cluster())
+	for _, n := range removed {
+		fmt.Fprintf(a.stdout, "removed %s\n", n)
+	}
+	if err == nil && len(removed) == 0 {
+		fmt.Fprintln(a.stdout, "nothing to remove")
+	}
+	return hintError(err, nil, "")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"runtime"
@@ -206,24 +205,9 @@ func (e *Engine) CopyOut(ctx context.Context, v backend.Volume, to string) error
 		return fmt.Errorf("copying volume %s out: %w", volume, err)
 	}
 	defer res.Content.Close()
-	tmp := to + ".new"
-	os.RemoveAll(tmp)
-	if err := treetar.Extract(res.Content, tmp); err != nil {
-		os.RemoveAll(tmp)
+	if err := treetar.Replace(res.Content, to); err != nil {
 		return fmt.Errorf("copying volume %s out to %s: %w", volume, to, err)
 	}
-	old := to + ".old"
-	os.RemoveAll(old)
-	if err := os.Rename(to, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("replacing %s: %w", to, err)
-	}
-	if err := os.Rename(tmp, to); err != nil {
-		os.Rename(old, to)
-		os.RemoveAll(tmp)
-		return fmt.Errorf("replacing %s: %w", to, err)
-	}
-	os.RemoveAll(old)
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
@@ -31,7 +33,24 @@ type RunSpec struct {
 	Streams   Streams
 	// Started, when set, is called once the sandbox's container runs.
 	Started func()
+	// TTY gives the sandbox's container a terminal, of Size: its input
+	// goes there, and its output (the terminal's) comes back on
+	// Streams.Out.
+	TTY  bool
+	Size *kubeapi.TermSize
+	// WorkspaceOut, when set, receives a tar stream of the workspace as the
+	// command left it, read in the Pod's keeper container
+	// (generator.KubeKeeperContainer) once the command has ended, before
+	// the Pod is removed.
+	WorkspaceOut io.Writer
 }
+
+// ErrWorkspaceOut: the workspace could not be copied out of the Pod.
+var ErrWorkspaceOut = errors.New("copying the workspace out of the pod failed")
+
+// ErrDeadline: the Pod's activeDeadlineSeconds (the profile's timeout)
+// ended the sandbox.
+var ErrDeadline = errors.New("the sandbox's timeout (activeDeadlineSeconds) ended it")
 
 // poll is how often a run looks at its Pod: the kubelet's progress is
 // not an event this client subscribes to.
@@ -45,6 +64,16 @@ const poll = 200 * time.Millisecond
 // command. A launcher killed outright leaves objects that Remove finds by
 // the sandbox's label.
 func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
+	if s.TTY {
+		objs := *s.Objects
+		objs.Pod.Spec.Containers = slices.Clone(objs.Pod.Spec.Containers)
+		for i := range objs.Pod.Spec.Containers {
+			if objs.Pod.Spec.Containers[i].Name == "sandbox" {
+				objs.Pod.Spec.Containers[i].TTY = true
+			}
+		}
+		s.Objects = &objs
+	}
 	made, err := k.Create(ctx, s.Objects, s.Env)
 	if err != nil {
 		return -1, err
@@ -85,7 +114,7 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 			// Input goes in while the command runs; its end closes the
 			// command's standard input. An attach to a container that has
 			// ended already fails, and the input is not wanted then.
-			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true}, s.Streams.In, nil, nil)
+			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true, TTY: s.TTY, Size: s.Size}, s.Streams.In, nil, nil)
 		}()
 	}
 	if s.Streams.Out != nil {
@@ -109,9 +138,38 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 	}
 	st, _ := final.container("sandbox", false)
 	if final.Status.Reason == "DeadlineExceeded" {
-		return st.State.Terminated.ExitCode, fmt.Errorf("the sandbox's timeout (activeDeadlineSeconds) ended it")
+		return st.State.Terminated.ExitCode, ErrDeadline
 	}
-	return st.State.Terminated.ExitCode, nil
+	code = st.State.Terminated.ExitCode
+	if s.WorkspaceOut != nil {
+		if err := k.copyOut(ctx, pod, s.Objects, s.WorkspaceOut); err != nil {
+			return code, err
+		}
+	}
+	return code, nil
+}
+
+// copyOut writes a tar stream of the workspace's volume to w, from the
+// Pod's keeper container.
+func (k *Cluster) copyOut(ctx context.Context, pod string, objs *generator.KubeObjects, w io.Writer) error {
+	at := ""
+	for _, c := range objs.Pod.Spec.Containers {
+		if c.Name == generator.KubeKeeperContainer && len(c.VolumeMounts) > 0 {
+			at = c.VolumeMounts[0].MountPath
+		}
+	}
+	if at == "" {
+		return fmt.Errorf("%w: pod %s has no %s container", ErrWorkspaceOut, pod, generator.KubeKeeperContainer)
+	}
+	var stderr limited
+	o := kubeapi.StreamOptions{Container: generator.KubeKeeperContainer, Stdout: true, Stderr: true, Command: []string{"tar", "-c", "-f", "-", "-C", at, "."}}
+	if err := k.API.Exec(ctx, k.Namespace, pod, o, nil, w, &stderr); err != nil {
+		if stderr.n > 0 {
+			return fmt.Errorf("%w: %v (tar said: %s)", ErrWorkspaceOut, err, strings.TrimSpace(stderr.String()))
+		}
+		return fmt.Errorf("%w: %v", ErrWorkspaceOut, err)
+	}
+	return nil
 }
 
 // limited keeps the first 4 KiB written to it.
@@ -133,6 +191,7 @@ func (l *limited) String() string { return string(l.b) }
 type podStatus struct {
 	Status struct {
 		Phase                 string            `json:"phase"`
+		PodIP                 string            `json:"podIP"`
 		Reason                string            `json:"reason"`
 		Message               string            `json:"message"`
 		InitContainerStatuses []containerStatus `json:"initContainerStatuses"`

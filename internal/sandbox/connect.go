@@ -56,6 +56,10 @@ var (
 	ErrEngineTooOld     = engine.ErrEngineTooOld
 )
 
+// ErrNotOnCluster: the command needs a container engine, and --engine
+// names a Kubernetes cluster.
+var ErrNotOnCluster = errors.New("this command runs on a container engine (docker or podman): with --engine kubernetes, only run, gc and doctor are available")
+
 // The engines a launch may ask for.
 const (
 	Auto   = engine.Auto
@@ -68,6 +72,9 @@ const (
 // not run (Close stops it).
 func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 	want = cmp.Or(want, engine.Auto)
+	if want == Kubernetes {
+		return nil, &EngineError{Kind: want, Err: ErrNotOnCluster}
+	}
 	loc, err := engine.Locate(ctx, want, os.Getenv)
 	if err != nil {
 		return nil, &EngineError{Kind: want, Err: err}

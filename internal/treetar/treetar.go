@@ -210,3 +210,28 @@ func parentOf(rel string) string {
 	}
 	return ""
 }
+
+// Replace replaces the directory to with the tar stream's tree: extracted
+// next to it first (Extract), then swapped in, so that a failure leaves to
+// as it was.
+func Replace(r io.Reader, to string) error {
+	tmp := to + ".new"
+	os.RemoveAll(tmp)
+	if err := Extract(r, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	old := to + ".old"
+	os.RemoveAll(old)
+	if err := os.Rename(to, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("replacing %s: %w", to, err)
+	}
+	if err := os.Rename(tmp, to); err != nil {
+		os.Rename(old, to)
+		os.RemoveAll(tmp)
+		return fmt.Errorf("replacing %s: %w", to, err)
+	}
+	os.RemoveAll(old)
+	return nil
+}
