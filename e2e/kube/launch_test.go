@@ -94,8 +94,12 @@ func TestKubeLaunchRun(t *testing.T) {
 	prof := smallProfile(t, "offline", "")
 
 	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", prof, "--",
-		"bash", "-c", `cat hello.txt; echo; read line; echo "got:$line"; echo to-stderr >&2; exit 7`)
+		"bash", "-c", `cat hello.txt; echo; read line; echo "got:$line"; echo "term:$TERM"; echo to-stderr >&2; exit 7`)
 	cmd.Stdin = strings.NewReader("typed input\n")
+	// A passed variable's value reaches the sandbox (through the run's
+	// Secret) and is in nothing the launcher says.
+	const secret = "propio-kube-passed-4e1f"
+	cmd.Env = append(cmd.Env, "TERM="+secret)
 	out := &firstWriter{first: make(chan struct{})}
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = out, &stderr
@@ -122,7 +126,10 @@ func TestKubeLaunchRun(t *testing.T) {
 		t.Fatalf("run: %v, want exit status 7\nstdout:\n%s\nstderr:\n%s", err, out.buf.String(), stderr.String())
 	}
 	t.Logf("run to the end: %v", time.Since(start))
-	for _, want := range []string{"from the workspace\n", "got:typed input\n", "to-stderr\n"} {
+	if strings.Contains(stderr.String(), secret) {
+		t.Errorf("the launcher's stderr holds a passed variable's value:\n%s", stderr.String())
+	}
+	for _, want := range []string{"from the workspace\n", "got:typed input\n", "term:" + secret + "\n", "to-stderr\n"} {
 		if !strings.Contains(out.buf.String(), want) {
 			t.Errorf("output %q lacks %q", out.buf.String(), want)
 		}
