@@ -451,3 +451,48 @@ func TestKubeDoctor(t *testing.T) {
 	}
 	waitSelectedGone(t, c, ns, managed, 30*time.Second)
 }
+
+// TestKubeLaunchEnds: a run the cluster cannot take (its image on no
+// node) fails the preflight check "cluster" (exit 3) and makes nothing; a
+// run past the profile's timeout ends with 124 and leaves nothing.
+func TestKubeLaunchEnds(t *testing.T) {
+	c, kubeconfig := testenv.Kube(t)
+	loadImage(t, agentImage)
+	ns := namespace(t, c)
+	ws := kubeWorkspace(t, "kubeends")
+
+	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", smallProfile(t, "offline", "image: propio.test/nowhere:1\n"), "--", "true")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := runBounded(t, cmd, time.Minute)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(stderr.String(), "preflight check cluster failed: no node has the image propio.test/nowhere:1") {
+		t.Errorf("a run of an image no node has: %v, want exit status 3 naming the image\nstderr:\n%s", err, stderr.String())
+	}
+	if left := countSelected(t, c, ns, managed); len(left) > 0 {
+		t.Errorf("a refused run left %v", left)
+	}
+
+	stderr.Reset()
+	timeout := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", timeoutProfile(t), "--", "sleep", "600")
+	timeout.Stderr = &stderr
+	start := time.Now()
+	err = runBounded(t, timeout, 2*time.Minute)
+	if !errors.As(err, &exit) || exit.ExitCode() != 124 || !strings.Contains(stderr.String(), "ran out of time") {
+		t.Errorf("a run past its timeout: %v, want exit status 124 saying so\nstderr:\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("a run with a 6 s timeout took %v", d)
+	}
+	waitSelectedGone(t, c, ns, managed, 30*time.Second)
+}
+
+// timeoutProfile is a small profile of network open with a timeout of 6 s.
+func timeoutProfile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "timeout.yaml")
+	if err := os.WriteFile(p, []byte("version: 1\nextends: open\nresources: {cpus: 0.5, memory: 512m, timeout: 6s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
