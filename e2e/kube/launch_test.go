@@ -173,42 +173,57 @@ func TestKubeLaunchRun(t *testing.T) {
 
 // TestKubeLaunchSignal: a SIGTERM to the launcher while the sandbox's
 // command runs ends the run with 128+15, and removes everything it made on
-// the cluster.
+// the cluster; in changeset mode, no changeset is kept (nothing came back).
 func TestKubeLaunchSignal(t *testing.T) {
 	c, kubeconfig := testenv.Kube(t)
 	loadImage(t, agentImage)
 	ns := namespace(t, c)
 	ws := kubeWorkspace(t, "kubesignal")
-	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", smallProfile(t, "open", ""), "--", "sleep", "600")
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{"rw", "changeset"} {
+		t.Run(mode, func(t *testing.T) {
+			home := t.TempDir()
+			args := []string{"run", "--engine", "kubernetes", "-n", ns, "-p", smallProfile(t, "open", ""), "--", "sleep", "600"}
+			if mode == "changeset" {
+				args = append([]string{"run", "--changeset"}, args[1:]...)
+			}
+			cmd := launcherIn(t, kubeconfig, ws, home, args...)
+			var stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() {
+				cmd.Process.Kill()
+				<-done
+			})
+			waitSandboxRunning(t, c, ns, done, 2*time.Minute)
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				done <- err // for the cleanup
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.ExitCode() != 128+15 {
+					t.Errorf("run after SIGTERM: %v, want exit status 143\nstderr:\n%s", err, stderr.String())
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "interrupted") {
+				t.Errorf("stderr does not say the run was interrupted:\n%s", stderr.String())
+			}
+			waitSelectedGone(t, c, ns, managed, 30*time.Second)
+			if mode == "changeset" {
+				out, err := launcherIn(t, kubeconfig, ws, home, "changes", "--json").CombinedOutput()
+				if err != nil || strings.TrimSpace(string(out)) != "[]" {
+					t.Errorf("changes after an interrupted run: %v %s, want none", err, out)
+				}
+			}
+		})
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-	})
-	waitSandboxRunning(t, c, ns, done, 2*time.Minute)
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err // for the cleanup
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 128+15 {
-			t.Errorf("run after SIGTERM: %v, want exit status 143\nstderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "interrupted") {
-		t.Errorf("stderr does not say the run was interrupted:\n%s", stderr.String())
-	}
-	waitSelectedGone(t, c, ns, managed, 30*time.Second)
 }
 
 // waitSandboxRunning waits, bounded, until the container of a sandbox

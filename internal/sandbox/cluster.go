@@ -74,7 +74,20 @@ var ErrClusterUnsupported = errors.New("not available with --engine kubernetes y
 // own (preflight check "cluster"), then the sandbox's Pod, its output and
 // exit code; everything made is removed however it ends (a signal
 // included; gc finds what a killed launcher left).
-func (l *Launch) runCluster(ctx context.Context) (int, error) {
+func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
+	// The launcher's signals are heard from the start: one ends what goes
+	// on (the checks, the run, whose objects are then removed) with 128+N.
+	ctx, heard := hearSignals(ctx)
+	defer func() {
+		if sig := heard(); sig != nil {
+			code = 128 + int(sig.(syscall.Signal))
+			if err != nil && !errors.Is(err, context.Canceled) {
+				err = fmt.Errorf("%w by %v: %w", ErrInterrupted, sig, err)
+			} else {
+				err = fmt.Errorf("%w by %v", ErrInterrupted, sig)
+			}
+		}
+	}()
 	switch {
 	case l.Keep != nil:
 		return 0, fmt.Errorf("persistent sandboxes (up, start): %w", ErrClusterUnsupported)
@@ -113,6 +126,18 @@ func (l *Launch) runCluster(ctx context.Context) (int, error) {
 	if l.Profile.Workspace.Mode == profile.ModeRW {
 		l.Report.Warn("on Kubernetes the workspace is a copy: what the sandbox writes to it goes with its Pod (run --changeset brings it back for review)")
 	}
+	api := cl.API.Config()
+	l.Report.Note(fmt.Sprintf("running pod %s in namespace %s of %s (context %s)", objs.Pod.Metadata.Name, cl.Namespace, api.Server, api.Context))
+	ran := false
+	spec := kube.RunSpec{Objects: objs, Started: func() { ran = true }}
+	if l.TTY {
+		restore, size, err := rawTerminal(l.Streams)
+		if err != nil {
+			return 0, err
+		}
+		defer restore()
+		spec.TTY, spec.Size = true, size
+	}
 	var cs *cslaunch.Changeset
 	from, to := l.Env.Workspace, ""
 	if l.Profile.Changeset() {
@@ -126,19 +151,7 @@ func (l *Launch) runCluster(ctx context.Context) (int, error) {
 		}
 		from, to = copies[0].From, copies[0].To
 	}
-	api := cl.API.Config()
-	l.Report.Note(fmt.Sprintf("running pod %s in namespace %s of %s (context %s)", objs.Pod.Metadata.Name, cl.Namespace, api.Server, api.Context))
-	ran := false
-	spec := kube.RunSpec{Objects: objs, Started: func() { ran = true }}
-	if l.TTY {
-		restore, size, err := rawTerminal(l.Streams)
-		if err != nil {
-			return 0, err
-		}
-		defer restore()
-		spec.TTY, spec.Size = true, size
-	}
-	code, err := runOnCluster(ctx, cl, spec, l.Streams, from, to)
+	code, err = runOnCluster(ctx, cl, spec, l.Streams, from, to)
 	switch {
 	case cs == nil:
 	case !ran:
@@ -146,7 +159,9 @@ func (l *Launch) runCluster(ctx context.Context) (int, error) {
 			l.Report.Warn("removing the changeset of a sandbox that did not run: " + aerr.Error())
 		}
 	default:
-		failed := errors.Is(err, kube.ErrWorkspaceOut) || errors.Is(err, ErrCopyOut) || errors.Is(err, ErrInterrupted) || errors.Is(err, ErrTimeout)
+		// Nothing came back when the copy failed, or the run ended before
+		// it (a signal, the timeout).
+		failed := errors.Is(err, kube.ErrWorkspaceOut) || errors.Is(err, ErrCopyOut) || errors.Is(err, ErrTimeout) || ctx.Err() != nil
 		if ferr := cs.Finish(l.Streams.Err, failed); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
@@ -254,28 +269,13 @@ func DoctorCluster(ctx context.Context, e Env, p *profile.Profile, ref string, t
 }
 
 // runOnCluster runs objs on cl with the directory from copied in as the
-// workspace and the launcher's streams, hearing the launcher's signals: a
-// signal ends the run (its objects removed) with 128+N and ErrInterrupted;
-// the profile's timeout with 124 and ErrTimeout. When to is set, the
+// workspace and the launcher's streams, until ctx ends (a signal: the
+// objects are removed); the profile's timeout ends it with 124 and
+// ErrTimeout. When to is set, the
 // workspace as the command left it replaces the directory to (an error
 // wrapping ErrCopyOut when it cannot). spec says the objects, and whether
 // the sandbox has a terminal; the rest of it is filled here.
 func runOnCluster(ctx context.Context, cl ClusterRuntime, spec kube.RunSpec, s Streams, from, to string) (int, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sigc := make(chan os.Signal, 1)
-	var sigs processSignals
-	sigs.Notify(sigc)
-	defer sigs.Stop(sigc)
-	heard := make(chan os.Signal, 1)
-	go func() {
-		select {
-		case sig := <-sigc:
-			heard <- sig
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(treetar.WriteBelow(pw, from)) }()
 	defer pr.Close()
@@ -310,16 +310,6 @@ func runOnCluster(ctx context.Context, cl ClusterRuntime, spec kube.RunSpec, s S
 		if cerr := <-copied; cerr != nil && err == nil {
 			err = fmt.Errorf("%w: %w", ErrCopyOut, cerr)
 		}
-	}
-	cancel()
-	select {
-	case sig := <-heard:
-		n := 128 + int(sig.(syscall.Signal))
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return n, fmt.Errorf("%w by %v: %w", ErrInterrupted, sig, err)
-		}
-		return n, fmt.Errorf("%w by %v", ErrInterrupted, sig)
-	default:
 	}
 	if errors.Is(err, kube.ErrDeadline) {
 		return 124, fmt.Errorf("%w: %w", ErrTimeout, err)
@@ -384,4 +374,37 @@ func rawTerminal(s Streams) (restore func(), size *kubeapi.TermSize, err error) 
 		return nil, nil, fmt.Errorf("putting the terminal in raw mode: %w", err)
 	}
 	return func() { term.RestoreTerminal(f.Fd(), state) }, size, nil
+}
+
+// hearSignals returns ctx ended by the first of the launcher's signals
+// (SIGINT, SIGTERM, SIGHUP: caught, so that none kills it before what it
+// made is removed), and heard, which stops the hearing and says which
+// signal ended it, if one did.
+func hearSignals(ctx context.Context) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancel(ctx)
+	sigc := make(chan os.Signal, 1)
+	var sigs processSignals
+	sigs.Notify(sigc)
+	got := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigc:
+			got <- sig
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() os.Signal {
+		sigs.Stop(sigc)
+		cancel()
+		<-done
+		select {
+		case sig := <-got:
+			return sig
+		default:
+			return nil
+		}
+	}
 }
