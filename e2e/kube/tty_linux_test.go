@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // TestKubeLaunchTTY: from a terminal, `run --engine kubernetes` gives the
 // sandbox a terminal of the launcher's size: what is typed reaches the
 // command through it, its output comes back, and its exit code is the
-// launcher's.
+// launcher's; a resize of the launcher's window resizes it.
 func TestKubeLaunchTTY(t *testing.T) {
 	c, kubeconfig := testenv.Kube(t)
 	loadImage(t, agentImage)
@@ -25,7 +26,8 @@ func TestKubeLaunchTTY(t *testing.T) {
 	master, slave := testenv.OpenPTY(t) // 24×80
 	defer master.Close()
 	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", smallProfile(t, "offline", ""), "--",
-		"bash", "-c", `read -r line; echo "got:$line"; echo "tty:$(test -t 0 && echo yes) size:$(stty size)"; exit 5`)
+		"bash", "-c", `read -r line; echo "got:$line"; echo "tty:$(test -t 0 && echo yes) size:$(stty size)"
+read -r line; for i in $(seq 50); do s=$(stty size); [ "$s" = "30 100" ] && break; sleep 0.1; done; echo "resized:$s"; exit 5`)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := cmd.Start(); err != nil {
@@ -72,6 +74,17 @@ func TestKubeLaunchTTY(t *testing.T) {
 	if _, err := master.Write([]byte("typed here\r")); err != nil {
 		t.Fatal(err)
 	}
+	// The launcher's window resized: the sandbox's terminal follows.
+	waitOutput(t, output, "size:24 80", 2*time.Minute)
+	var ioerr error
+	if err := testenv.Control(master, func(fd int) {
+		ioerr = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: 30, Col: 100})
+	}); err != nil || ioerr != nil {
+		t.Fatalf("resizing the terminal: %v %v", err, ioerr)
+	}
+	if _, err := master.Write([]byte("again\r")); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
 		done <- err
@@ -83,7 +96,7 @@ func TestKubeLaunchTTY(t *testing.T) {
 		t.Fatalf("run did not end within 2 minutes of the input\n%s", output())
 	}
 	time.Sleep(200 * time.Millisecond) // the last of the output, from the terminal's buffer
-	for _, want := range []string{"got:typed here", "tty:yes size:24 80"} {
+	for _, want := range []string{"got:typed here", "tty:yes size:24 80", "resized:30 100"} {
 		if !strings.Contains(output(), want) {
 			t.Errorf("terminal output %q lacks %q", output(), want)
 		}

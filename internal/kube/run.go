@@ -38,6 +38,9 @@ type RunSpec struct {
 	// Streams.Out.
 	TTY  bool
 	Size *kubeapi.TermSize
+	// Resize gives the terminal's later sizes (the launcher's window
+	// resized).
+	Resize <-chan kubeapi.TermSize
 	// WorkspaceOut, when set, receives a tar stream of the workspace as the
 	// command left it, read in the Pod's keeper container
 	// (generator.KubeKeeperContainer) once the command has ended, before
@@ -114,7 +117,7 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 			// Input goes in while the command runs; its end closes the
 			// command's standard input. An attach to a container that has
 			// ended already fails, and the input is not wanted then.
-			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true, TTY: s.TTY, Size: s.Size}, s.Streams.In, nil, nil)
+			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true, TTY: s.TTY, Size: s.Size, Resize: s.Resize}, s.Streams.In, nil, nil)
 		}()
 	}
 	if s.Streams.Out != nil {

@@ -30,8 +30,10 @@ type StreamOptions struct {
 	Container             string
 	Stdin, Stdout, Stderr bool
 	TTY                   bool
-	// Size, with TTY, is the terminal's size, sent as the stream opens.
+	// Size, with TTY, is the terminal's size, sent as the stream opens;
+	// each size Resize gives later is sent as it comes.
 	Size    *TermSize
+	Resize  <-chan TermSize
 	Command []string // exec only
 }
 
@@ -116,6 +118,23 @@ func (c *Client) stream(ctx context.Context, namespace, pod, sub string, o Strea
 		if err := send(append([]byte{chanResize}, b...)); err != nil {
 			return fmt.Errorf("sizing the terminal of pod %s/%s: %w", namespace, pod, err)
 		}
+	}
+	if o.TTY && o.Resize != nil {
+		ended := make(chan struct{})
+		defer close(ended)
+		go func() {
+			for {
+				select {
+				case size := <-o.Resize:
+					b, _ := json.Marshal(size)
+					if send(append([]byte{chanResize}, b...)) != nil {
+						return
+					}
+				case <-ended:
+					return
+				}
+			}
+		}()
 	}
 	if o.Stdin && stdin != nil {
 		go func() {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -131,12 +132,12 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 	ran := false
 	spec := kube.RunSpec{Objects: objs, Started: func() { ran = true }}
 	if l.TTY {
-		restore, size, err := rawTerminal(l.Streams)
+		restore, size, resize, err := rawTerminal(l.Streams)
 		if err != nil {
 			return 0, err
 		}
 		defer restore()
-		spec.TTY, spec.Size = true, size
+		spec.TTY, spec.Size, spec.Resize = true, size, resize
 	}
 	var cs *cslaunch.Changeset
 	from, to := l.Env.Workspace, ""
@@ -357,23 +358,50 @@ func GCCluster(ctx context.Context, t ClusterTarget) ([]string, error) {
 }
 
 // rawTerminal puts the launcher's terminal (its stdin) in raw mode, as a
-// terminal run on Docker does, and returns how to restore it and its size
-// (the sandbox's terminal is sized once, as it starts).
-func rawTerminal(s Streams) (restore func(), size *kubeapi.TermSize, err error) {
+// terminal run on Docker does, and returns how to restore it, its size, and
+// its sizes as its window is resized (SIGWINCH), until restored.
+func rawTerminal(s Streams) (restore func(), size *kubeapi.TermSize, resize <-chan kubeapi.TermSize, err error) {
 	f, ok := s.In.(interface{ Fd() uintptr })
 	if !ok || !term.IsTerminal(f.Fd()) {
-		return nil, nil, errors.New("a terminal was asked for, and stdin is not one")
+		return nil, nil, nil, errors.New("a terminal was asked for, and stdin is not one")
 	}
-	if out, ok := s.Out.(interface{ Fd() uintptr }); ok {
-		if ws, err := term.GetWinsize(out.Fd()); err == nil && ws.Height > 0 {
-			size = &kubeapi.TermSize{Width: ws.Width, Height: ws.Height}
+	sizeOf := func() *kubeapi.TermSize {
+		if out, ok := s.Out.(interface{ Fd() uintptr }); ok {
+			if ws, err := term.GetWinsize(out.Fd()); err == nil && ws.Height > 0 {
+				return &kubeapi.TermSize{Width: ws.Width, Height: ws.Height}
+			}
 		}
+		return nil
 	}
 	state, err := term.SetRawTerminal(f.Fd())
 	if err != nil {
-		return nil, nil, fmt.Errorf("putting the terminal in raw mode: %w", err)
+		return nil, nil, nil, fmt.Errorf("putting the terminal in raw mode: %w", err)
 	}
-	return func() { term.RestoreTerminal(f.Fd(), state) }, size, nil
+	sizes := make(chan kubeapi.TermSize, 1)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-winch:
+				if sz := sizeOf(); sz != nil {
+					select {
+					case <-sizes: // an older size not sent yet is dropped
+					default:
+					}
+					sizes <- *sz
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(winch)
+		close(done)
+		term.RestoreTerminal(f.Fd(), state)
+	}, sizeOf(), sizes, nil
 }
 
 // hearSignals returns ctx ended by the first of the launcher's signals
