@@ -278,8 +278,9 @@ func waitSandboxRunning(t *testing.T, c *kubeapi.Client, ns string, done chan er
 }
 
 // TestKubeGC: a launcher killed outright (SIGKILL) leaves its sandbox on the
-// cluster; `gc --engine kubernetes` removes it, and leaves alone the
-// sandbox of a launcher that still runs.
+// cluster, which `ls --engine kubernetes` shows with its launcher gone;
+// `gc --engine kubernetes` removes it, and leaves alone the sandbox of a
+// launcher that still runs.
 func TestKubeGC(t *testing.T) {
 	c, kubeconfig := testenv.Kube(t)
 	loadImage(t, agentImage)
@@ -313,6 +314,31 @@ func TestKubeGC(t *testing.T) {
 
 	live, liveDone, _ := start()
 	liveName := waitSandboxRunning(t, c, ns, liveDone, 2*time.Minute, name)
+
+	// ls shows both, the killed launcher's as gone.
+	lsOut, err := launcherOn(t, kubeconfig, ws, "ls", "--json", "--engine", "kubernetes", "-n", ns).Output()
+	if err != nil {
+		t.Fatalf("ls: %v", err)
+	}
+	var listed []struct {
+		Project   string `json:"project"`
+		Workspace string `json:"workspace"`
+		Alive     bool   `json:"launcher_alive"`
+		State     string `json:"state"`
+	}
+	if err := json.Unmarshal(lsOut, &listed); err != nil {
+		t.Fatalf("ls --json: %v\n%s", err, lsOut)
+	}
+	alive := map[string]bool{}
+	for _, l := range listed {
+		alive[l.Project] = l.Alive
+		if l.Workspace != ws || l.State != "running" {
+			t.Errorf("ls: %+v, want workspace %s, running", l, ws)
+		}
+	}
+	if len(listed) != 2 || alive[name] || !alive[liveName] {
+		t.Errorf("ls: %s, want %s gone and %s alive", lsOut, name, liveName)
+	}
 
 	gc := launcherOn(t, kubeconfig, ws, "gc", "--engine", "kubernetes", "-n", ns)
 	out, err := gc.CombinedOutput()

@@ -17,11 +17,12 @@ import (
 func newLs(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls [--json]",
+		Use:   "ls [--json] [--engine kubernetes [-n NAMESPACE]]",
 		Short: "List the sandboxes on the engine, and the persistent ones: project, name, workspace, profile, launcher, state",
 		Long: `List the sandboxes on the engine, and your persistent sandboxes (up) as their records
 say, stopped and gone ones too. When the engine does not answer, the persistent
-sandboxes are listed from their records, and ls fails with the engine's error.`,
+sandboxes are listed from their records, and ls fails with the engine's error.
+With --engine kubernetes: the sandboxes in the cluster's namespace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.ls(asJSON) },
 	}
@@ -30,6 +31,15 @@ sandboxes are listed from their records, and ls fails with the engine's error.`,
 }
 
 func (a *app) ls(asJSON bool) error {
+	if a.engine == sandbox.Kubernetes {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		list, err := sandbox.ListCluster(ctx, a.cluster())
+		if err != nil {
+			return hintError(err, nil, "")
+		}
+		return a.lsPrint(list, asJSON)
+	}
 	dirs, err := hostinfo.UserDirs()
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
@@ -195,6 +196,12 @@ type Sandbox struct {
 	Name      string
 	Phase     string
 	Workspace string
+	Profile   string
+	// PID and Host are the launcher's, as its annotations say (0 and ""
+	// when they say none).
+	PID     int
+	Host    string
+	Created time.Time
 }
 
 // List returns the sandboxes of the namespace: the Pods propio-sandbox
@@ -209,8 +216,9 @@ func (k *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 	var list struct {
 		Items []struct {
 			Metadata struct {
-				Name        string            `json:"name"`
-				Annotations map[string]string `json:"annotations"`
+				Name              string            `json:"name"`
+				Annotations       map[string]string `json:"annotations"`
+				CreationTimestamp time.Time         `json:"creationTimestamp"`
 			} `json:"metadata"`
 			Status struct {
 				Phase string `json:"phase"`
@@ -222,9 +230,12 @@ func (k *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 	}
 	out := make([]Sandbox, 0, len(list.Items))
 	for _, it := range list.Items {
-		out = append(out, Sandbox{Name: it.Metadata.Name, Phase: it.Status.Phase, Workspace: it.Metadata.Annotations[generator.KubeAnnWorkspace]})
+		a := it.Metadata.Annotations
+		pid, _ := strconv.Atoi(a[AnnLauncherPID])
+		out = append(out, Sandbox{Name: it.Metadata.Name, Phase: it.Status.Phase, Workspace: a[generator.KubeAnnWorkspace],
+			Profile: a[generator.KubeAnnProfile], PID: pid, Host: a[AnnLauncherHost], Created: it.Metadata.CreationTimestamp})
 	}
-	slices.SortFunc(out, func(a, b Sandbox) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Sandbox) int { return a.Created.Compare(b.Created) })
 	return out, nil
 }
 

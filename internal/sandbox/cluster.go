@@ -436,3 +436,22 @@ func hearSignals(ctx context.Context) (context.Context, func() os.Signal) {
 		}
 	}
 }
+
+// ListCluster lists the sandboxes in the namespace of t, oldest first, as
+// ls shows an engine's: the launcher alive or not (on this host).
+func ListCluster(ctx context.Context, t ClusterTarget) ([]Sandbox, error) {
+	cl, err := ConnectCluster(t)
+	if err != nil {
+		return nil, err
+	}
+	list, err := cl.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sandbox, 0, len(list))
+	for _, sb := range list {
+		out = append(out, Sandbox{Project: sb.Name, Workspace: sb.Workspace, Profile: sb.Profile, PID: sb.PID, Host: sb.Host,
+			Alive: backend.LauncherAlive(sb.PID, sb.Host), State: strings.ToLower(sb.Phase), Created: sb.Created})
+	}
+	return out, nil
+}

@@ -58,7 +58,7 @@ var (
 
 // ErrNotOnCluster: the command needs a container engine, and --engine
 // names a Kubernetes cluster.
-var ErrNotOnCluster = errors.New("this command runs on a container engine (docker or podman): with --engine kubernetes, only run, gc and doctor are available")
+var ErrNotOnCluster = errors.New("this command runs on a container engine (docker or podman): with --engine kubernetes, only run, ls, gc and doctor are available")
 
 // The engines a launch may ask for.
 const (
