@@ -189,7 +189,8 @@ func TestKubeCleanupOwned(t *testing.T) {
 // TestKubePreflight: the admin with the image on the node passes; a
 // missing runtime class and a missing image are named; an identity
 // without rights in the namespace (a service account's token) is told
-// each thing it may not do.
+// each thing it may not do (exec too for the policy's probe and the
+// changeset's keeper).
 func TestKubePreflight(t *testing.T) {
 	c, file := testenv.Kube(t)
 	loadImage(t, agentImage)
@@ -240,5 +241,21 @@ func TestKubePreflight(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), tr.Status.Token) {
 		t.Error("the error shows the token")
+	}
+	// The policy's hold is probed with an exec (network none), and the
+	// changeset's copy out is one in the keeper container; a sandbox with
+	// neither needs none.
+	if !strings.Contains(err.Error(), "you may not create pods/exec in namespace "+ns) {
+		t.Errorf("an identity without rights, for a sandbox whose policy denies egress: %v", err)
+	}
+	open := objects(t, "preflight")
+	open.Policies = nil
+	if err := kube.New(kubeapi.New(cfg), ns).Preflight(ctx, open); err == nil || strings.Contains(err.Error(), "pods/exec") {
+		t.Errorf("a sandbox with no policy and no keeper: %v, want no exec asked for", err)
+	}
+	open.Pod.Spec.Containers = append(open.Pod.Spec.Containers, generator.KubeContainer{Name: generator.KubeKeeperContainer, Image: agentImage, ImagePullPolicy: "Never"})
+	err = kube.New(kubeapi.New(cfg), ns).Preflight(ctx, open)
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "you may not create pods/exec in namespace "+ns) {
+		t.Errorf("an identity without rights, for a sandbox with a keeper: %v", err)
 	}
 }

@@ -41,12 +41,19 @@ type RunSpec struct {
 	// Resize gives the terminal's later sizes (the launcher's window
 	// resized).
 	Resize <-chan kubeapi.TermSize
+	// Warn, when set, is told what the run could not check (it goes on).
+	Warn func(string)
 	// WorkspaceOut, when set, receives a tar stream of the workspace as the
 	// command left it, read in the Pod's keeper container
 	// (generator.KubeKeeperContainer) once the command has ended, before
 	// the Pod is removed.
 	WorkspaceOut io.Writer
 }
+
+// ErrNotEnforced: the sandbox's NetworkPolicy denies its egress, and its
+// Pod still reached the API server's Service after policyWait: the
+// cluster's CNI does not enforce NetworkPolicy.
+var ErrNotEnforced = errors.New("the cluster does not enforce the sandbox's NetworkPolicy")
 
 // ErrWorkspaceOut: the workspace could not be copied out of the Pod.
 var ErrWorkspaceOut = errors.New("copying the workspace out of the pod failed")
@@ -94,6 +101,11 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 		return ok && st.State.Running != nil, p.failure()
 	}); err != nil {
 		return -1, err
+	}
+	if denied(s.Objects) {
+		if err := k.awaitPolicy(ctx, pod, s.Warn); err != nil {
+			return -1, err
+		}
 	}
 	copyOpts := kubeapi.StreamOptions{Container: generator.KubeCopyContainer, Stdin: true, Stdout: true, Stderr: true}
 	var copyErr limited
@@ -303,6 +315,59 @@ func (k *Cluster) waitPod(ctx context.Context, name string, done func(podStatus)
 		select {
 		case <-ctx.Done():
 			return podStatus{}, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// denied reports whether a policy of objs denies the sandbox all egress.
+func denied(objs *generator.KubeObjects) bool {
+	for _, p := range objs.Policies {
+		if slices.Contains(p.Spec.PolicyTypes, "Egress") && len(p.Spec.Egress) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// policyWait bounds the wait for the CNI to enforce the sandbox's policy.
+const policyWait = 30 * time.Second
+
+// policyProbe tries, from inside the Pod (its network namespace), a TCP
+// connection to the API server's Service, which a policy that denies
+// egress keeps it from: exit 0 when it connected.
+var policyProbe = []string{"timeout", "2", "bash", "-c", `exec 3<>"/dev/tcp/$KUBERNETES_SERVICE_HOST/$KUBERNETES_SERVICE_PORT"`}
+
+// awaitPolicy waits, before the sandbox's command can start (its
+// workspace not copied in yet), until its Pod can no longer reach the API
+// server's Service: a NetworkPolicy holds once the CNI's agent has seen
+// the Pod. The probe runs in the copy container; one that cannot run
+// there (no bash or timeout in the image) is said to warn, and the run
+// goes on. A Pod that still connects after policyWait is ErrNotEnforced.
+func (k *Cluster) awaitPolicy(ctx context.Context, pod string, warn func(string)) error {
+	deadline := time.Now().Add(policyWait)
+	o := kubeapi.StreamOptions{Container: generator.KubeCopyContainer, Stdout: true, Stderr: true, Command: policyProbe}
+	for {
+		var out limited
+		err := k.API.Exec(ctx, k.Namespace, pod, o, nil, &out, &out)
+		var exit *kubeapi.ExitError
+		switch {
+		case errors.As(err, &exit) && exit.Code != 127 && exit.Code != 126:
+			return nil // not reached: the policy holds
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			if warn != nil {
+				warn(fmt.Sprintf("could not check that the cluster enforces the sandbox's NetworkPolicy before its command starts (the probe needs bash and timeout in the image): %v %s", err, strings.TrimSpace(out.String())))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: pod %s still reached the API server's Service %v after it was made", ErrNotEnforced, pod, policyWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(poll):
 		}
 	}

@@ -130,7 +130,7 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 	api := cl.API.Config()
 	l.Report.Note(fmt.Sprintf("running pod %s in namespace %s of %s (context %s)", objs.Pod.Metadata.Name, cl.Namespace, api.Server, api.Context))
 	ran := false
-	spec := kube.RunSpec{Objects: objs, Started: func() { ran = true }}
+	spec := kube.RunSpec{Objects: objs, Started: func() { ran = true }, Warn: l.Report.Warn}
 	if l.TTY {
 		restore, size, resize, err := rawTerminal(l.Streams)
 		if err != nil {
