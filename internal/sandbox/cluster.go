@@ -298,6 +298,9 @@ func runOnCluster(ctx context.Context, cl ClusterRuntime, spec kube.RunSpec, s S
 				// cluster: it takes the original's owner and mode.
 				err = cslaunch.LikeRoot(to, from)
 			}
+			if err == nil {
+				err = restoreProtected(to, from, protectedPaths(spec.Objects))
+			}
 			copied <- err
 		}()
 	}
