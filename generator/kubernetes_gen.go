@@ -24,6 +24,10 @@ const (
 	// the launcher streams a tar archive of it to its standard input, and
 	// the sandbox starts once it is unpacked.
 	KubeCopyContainer = "workspace-copy"
+	// KubeKeeperContainer keeps the workspace's volume, read-only, once
+	// the sandbox's command has ended (workspace.mode changeset): the
+	// launcher execs a tar of it there, to bring it back as a changeset.
+	KubeKeeperContainer = "workspace-keeper"
 )
 
 // Kubernetes generates the project of p on h, as Generate does, and says it
@@ -59,16 +63,16 @@ func kubeRefuse(p *profile.Profile, h Host) error {
 		errs = append(errs, &profile.Error{Pos: p.Pos(at...), Field: field, Msg: msg})
 	}
 	if p.Network.Mode == "allowlist" {
-		refuse("network.mode", []string{"network", "mode"}, "allowlist is not available on Kubernetes yet: choose none or open for --target kubernetes")
+		refuse("network.mode", []string{"network", "mode"}, "allowlist is not available on Kubernetes yet: choose none or open")
 	}
 	if len(p.Ports) > 0 {
-		refuse("ports", []string{"ports"}, "ports are published on the host, which a cluster's Pod is not on: remove them for --target kubernetes")
+		refuse("ports", []string{"ports"}, "ports are published on the host, which a cluster's Pod is not on: remove them on Kubernetes")
 	}
 	for i := range p.Mounts {
 		refuse(fmt.Sprintf("mounts[%d]", i), []string{"mounts", strconv.Itoa(i)}, "a host directory cannot be mounted on a cluster's node: the Kubernetes target takes the workspace only, by copy")
 	}
 	if h.SSHAgent.Source != "" {
-		refuse("ssh_agent", []string{"ssh_agent"}, "the SSH agent cannot be forwarded to a cluster: set ssh_agent: off for --target kubernetes")
+		refuse("ssh_agent", []string{"ssh_agent"}, "the SSH agent cannot be forwarded to a cluster: set ssh_agent: off on Kubernetes")
 	}
 	if len(p.AgentRequests) > 0 {
 		refuse("agent_requests", []string{"agent_requests"}, "agent requests are served by a launcher on the sandbox's host: not available on Kubernetes yet")
@@ -359,10 +363,30 @@ func (k *kubeBuild) pod(env []KubeEnv) (KubePod, error) {
 		Containers:     []KubeContainer{agent},
 		Volumes:        k.volumes,
 	}
+	if k.p.Workspace.Mode == profile.ModeChangeset {
+		spec.Containers = append(spec.Containers, k.keeper(copySec, res))
+	}
 	if k.ext.Timeout > 0 {
 		spec.ActiveDeadlineSeconds = ptr(int64(math.Ceil(k.ext.Timeout.Seconds())))
 	}
 	return KubePod{APIVersion: "v1", Kind: "Pod", Metadata: k.meta("", "sandbox"), Spec: spec}, nil
+}
+
+// keeper is the container that holds the workspace's volume, read-only,
+// for the launcher to copy it out once the sandbox's command has ended:
+// a sleep that does nothing else, with the sandbox's security and its CPU
+// limit, and little memory (tar streams).
+func (k *kubeBuild) keeper(sec KubeContainerSecure, sandbox KubeResources) KubeContainer {
+	res := KubeResources{Limits: map[string]string{"memory": "64Mi"}, Requests: map[string]string{"cpu": "10m", "memory": "64Mi"}}
+	if cpu, ok := sandbox.Limits["cpu"]; ok {
+		res.Limits["cpu"] = cpu
+	}
+	return KubeContainer{
+		Name: KubeKeeperContainer, Image: k.svc.Image, ImagePullPolicy: "Never",
+		Command:   []string{"sleep", "infinity"},
+		Resources: res, SecurityContext: sec,
+		VolumeMounts: []KubeVolumeMount{{Name: KubeWorkspaceVolume, MountPath: path.Clean(k.p.Workspace.Target), ReadOnly: true}},
+	}
 }
 
 // kubeUser reads the service's uid:gid.

@@ -50,12 +50,19 @@ func objects(t *testing.T, name string) *generator.KubeObjects {
 // count is how many objects of the sandbox name each kind has.
 func count(t *testing.T, c *kubeapi.Client, ns, name string) map[string]int {
 	t.Helper()
+	return countSelected(t, c, ns, generator.KubeLabelSandbox+"="+name)
+}
+
+// countSelected is how many objects the label selector selects in the
+// namespace, by kind, those being deleted left out.
+func countSelected(t *testing.T, c *kubeapi.Client, ns, selector string) map[string]int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out := map[string]int{}
 	for _, k := range []struct{ av, kind string }{{"v1", "Pod"}, {"v1", "Secret"}, {"v1", "ConfigMap"}, {"networking.k8s.io/v1", "NetworkPolicy"}} {
 		p, _ := kubeapi.Path(k.av, k.kind, ns)
-		raw, err := c.Do(ctx, http.MethodGet, p, map[string][]string{"labelSelector": {generator.KubeLabelSandbox + "=" + name}}, nil)
+		raw, err := c.Do(ctx, http.MethodGet, p, map[string][]string{"labelSelector": {selector}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,14 +88,21 @@ func count(t *testing.T, c *kubeapi.Client, ns, name string) map[string]int {
 // waitGone waits, bounded, until the sandbox has no object left.
 func waitGone(t *testing.T, c *kubeapi.Client, ns, name string, limit time.Duration) {
 	t.Helper()
+	waitSelectedGone(t, c, ns, generator.KubeLabelSandbox+"="+name, limit)
+}
+
+// waitSelectedGone waits, bounded, until the label selector selects no
+// object in the namespace.
+func waitSelectedGone(t *testing.T, c *kubeapi.Client, ns, selector string, limit time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		left := count(t, c, ns, name)
+		left := countSelected(t, c, ns, selector)
 		if len(left) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v, sandbox %s still has %v", limit, name, left)
+			t.Fatalf("after %v, %s still selects %v", limit, selector, left)
 		}
 		time.Sleep(250 * time.Millisecond) // the garbage collector's work
 	}
@@ -175,7 +189,8 @@ func TestKubeCleanupOwned(t *testing.T) {
 // TestKubePreflight: the admin with the image on the node passes; a
 // missing runtime class and a missing image are named; an identity
 // without rights in the namespace (a service account's token) is told
-// each thing it may not do.
+// each thing it may not do (exec too for the policy's probe and the
+// changeset's keeper).
 func TestKubePreflight(t *testing.T) {
 	c, file := testenv.Kube(t)
 	loadImage(t, agentImage)
@@ -226,5 +241,21 @@ func TestKubePreflight(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), tr.Status.Token) {
 		t.Error("the error shows the token")
+	}
+	// The policy's hold is probed with an exec (network none), and the
+	// changeset's copy out is one in the keeper container; a sandbox with
+	// neither needs none.
+	if !strings.Contains(err.Error(), "you may not create pods/exec in namespace "+ns) {
+		t.Errorf("an identity without rights, for a sandbox whose policy denies egress: %v", err)
+	}
+	open := objects(t, "preflight")
+	open.Policies = nil
+	if err := kube.New(kubeapi.New(cfg), ns).Preflight(ctx, open); err == nil || strings.Contains(err.Error(), "pods/exec") {
+		t.Errorf("a sandbox with no policy and no keeper: %v, want no exec asked for", err)
+	}
+	open.Pod.Spec.Containers = append(open.Pod.Spec.Containers, generator.KubeContainer{Name: generator.KubeKeeperContainer, Image: agentImage, ImagePullPolicy: "Never"})
+	err = kube.New(kubeapi.New(cfg), ns).Preflight(ctx, open)
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "you may not create pods/exec in namespace "+ns) {
+		t.Errorf("an identity without rights, for a sandbox with a keeper: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +131,38 @@ func TestKubeRunTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Minute {
 		t.Errorf("the run past its 8 s deadline took %v", d)
+	}
+	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
+}
+
+// TestKubeRunPolicyHeld: before the command of a sandbox whose policy denies
+// egress can start, Run checks from inside its Pod that the policy holds;
+// a policy that does not hold it (here: one that selects no Pod, as a CNI
+// that enforces nothing would leave any) ends the run with ErrNotEnforced,
+// and nothing is left.
+func TestKubeRunPolicyHeld(t *testing.T) {
+	c, _ := testenv.Kube(t)
+	loadImage(t, agentImage)
+	ns := namespace(t, c)
+	dir := filepath.Join(t.TempDir(), "kubepolicy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	objs := runObjects(t, "offline", dir, "echo", "ran")
+	objs.Policies[0].Spec.PodSelector.MatchLabels = map[string]string{generator.KubeLabelSandbox: "no-such-pod"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	_, err := kube.New(c, ns).Run(ctx, kube.RunSpec{
+		Objects: objs, Env: func(string) (string, bool) { return "", false },
+		Workspace: bytes.NewReader(workspaceTar(t, dir)),
+		Streams:   kube.Streams{Out: &out},
+	})
+	if !errors.Is(err, kube.ErrNotEnforced) {
+		t.Errorf("a run whose policy does not hold: %v, want ErrNotEnforced", err)
+	}
+	if strings.Contains(out.String(), "ran") {
+		t.Error("the command ran although its policy did not hold")
 	}
 	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
 }

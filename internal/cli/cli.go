@@ -55,6 +55,8 @@ type app struct {
 	profile        string // -p
 	engine         string // --engine
 	context        string // --context
+	kubeContext    string // --kube-context
+	namespace      string // -n, --namespace
 }
 
 // engineWant is the engine --engine and --context ask for: a Docker
@@ -80,12 +82,31 @@ func (a *app) engineArgs() []string {
 	return args
 }
 
-// checkEngineFlags refuses --context with an engine that has no contexts.
-func (a *app) checkEngineFlags(*cobra.Command, []string) error {
+// checkEngineFlags refuses --context with an engine that has no contexts,
+// and a cluster's flags without a cluster.
+func (a *app) checkEngineFlags(cmd *cobra.Command, _ []string) error {
 	if a.context != "" && a.engine != "" && a.engine != sandbox.Auto && a.engine != sandbox.Docker {
-		return usageError{fmt.Errorf("--context %s names a Docker context, and --engine %s is not Docker", a.context, a.engine)}
+		hint := ""
+		if a.engine == sandbox.Kubernetes {
+			hint = " (a kubeconfig's context is --kube-context)"
+		}
+		return usageError{fmt.Errorf("--context %s names a Docker context, and --engine %s is not Docker%s", a.context, a.engine, hint)}
+	}
+	if a.engine == sandbox.Kubernetes {
+		return nil
+	}
+	if a.kubeContext != "" {
+		return usageError{fmt.Errorf("--kube-context %s names a kubeconfig's context: give --engine kubernetes too", a.kubeContext)}
+	}
+	if a.namespace != "" && cmd.Name() != "render" {
+		return usageError{fmt.Errorf("--namespace %s is a Kubernetes namespace: give --engine kubernetes too (or render --target kubernetes)", a.namespace)}
 	}
 	return nil
+}
+
+// cluster is the cluster --engine kubernetes runs on.
+func (a *app) cluster() sandbox.ClusterTarget {
+	return sandbox.ClusterTarget{Context: a.kubeContext, Namespace: a.namespace}
 }
 
 func newRoot(a *app) *cobra.Command {
@@ -109,8 +130,10 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 		SuggestionsMinimumDistance: 2,
 	}
 	root.PersistentFlags().StringVarP(&a.profile, "profile", "p", "", "profile `NAME` or PATH")
-	root.PersistentFlags().StringVar(&a.engine, "engine", "", "container `ENGINE`: auto, docker or podman (default: the profile's engine, else auto)")
+	root.PersistentFlags().StringVar(&a.engine, "engine", "", "container `ENGINE`: auto, docker, podman, or kubernetes (run, gc and doctor on a cluster; default: the profile's engine, else auto)")
 	root.PersistentFlags().StringVar(&a.context, "context", "", "Docker `CONTEXT` to run on, as docker --context (default: DOCKER_HOST, else DOCKER_CONTEXT, else the docker CLI's current context)")
+	root.PersistentFlags().StringVar(&a.kubeContext, "kube-context", "", "with --engine kubernetes: the kubeconfig's `CONTEXT` (default: its current context; the kubeconfig is $KUBECONFIG's first file, else ~/.kube/config)")
+	root.PersistentFlags().StringVarP(&a.namespace, "namespace", "n", "", "with --engine kubernetes (or render --target kubernetes): the `NAMESPACE` (default: the context's)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		// The collector is held off (internal/initgc) until a launch's
 		// sandbox has started; other commands have it at once.

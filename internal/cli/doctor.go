@@ -39,7 +39,10 @@ func newDoctor(a *app) *cobra.Command {
 		Short: "Run every preflight check of the profile here, and show what passes and what fails",
 		Long: `Run every preflight check that run passes before it creates anything (engine,
 image, workspace, mounts, required environment variables, host ports, trust,
-resources, runtime) and print each one's result, reason and hint. Unlike run, it
+resources, runtime) and print each one's result, reason and hint. With --engine
+kubernetes: the workspace, trust and required variables, then the cluster's
+own facts, and a probe of whether its CNI enforces NetworkPolicy (a warning
+when it does not: two Pods and a policy, made and removed in the namespace). Unlike run, it
 does not stop at the first failure. It exits 0 only when every check passes.
 Warnings follow the table: workspace rules that are not followed through a
 symbolic link, and hidden files that git tracks (the repository holds their
@@ -51,8 +54,15 @@ content, which the sandbox can read); they do not change the exit code.`,
 				return err
 			}
 			warnings := append([]string{}, workspaceWarnings(e, p)...) // [] in JSON when none
-			results, err := a.doctorChecks(e, p, build)
-			if err != nil {
+			var results []preflight.Result
+			if a.engine == sandbox.Kubernetes {
+				var more []string
+				results, more, err = sandbox.DoctorCluster(context.Background(), e.sandbox(), p, a.profile, a.cluster())
+				if err != nil {
+					return hintError(err, p, a.profile)
+				}
+				warnings = append(warnings, more...)
+			} else if results, err = a.doctorChecks(e, p, build); err != nil {
 				return err
 			}
 			rep := doctorReport{Profile: p.Meta.File, Workspace: e.workspace, OK: preflight.OK(results), Checks: results, Warnings: warnings}

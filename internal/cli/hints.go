@@ -75,6 +75,9 @@ func hintError(err error, p *profile.Profile, ref string) error {
 // engineHint adds what to do about the engine's errors.
 func engineHint(err error, p *profile.Profile, ref string) error {
 	var ee *sandbox.EngineError
+	if errors.As(err, &ee) && ee.Kind == sandbox.Kubernetes && !errors.Is(err, sandbox.ErrNotOnCluster) {
+		return withHint(err, "name the cluster's kubeconfig with KUBECONFIG (default ~/.kube/config) and its context with --kube-context; its user needs a client certificate or a token")
+	}
 	if errors.As(err, &ee) && ee.Kind == sandbox.Podman {
 		switch {
 		case errors.Is(err, sandbox.ErrEngineMissing):

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -16,11 +17,12 @@ import (
 func newLs(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls [--json]",
+		Use:   "ls [--json] [--engine kubernetes [-n NAMESPACE]]",
 		Short: "List the sandboxes on the engine, and the persistent ones: project, name, workspace, profile, launcher, state",
 		Long: `List the sandboxes on the engine, and your persistent sandboxes (up) as their records
 say, stopped and gone ones too. When the engine does not answer, the persistent
-sandboxes are listed from their records, and ls fails with the engine's error.`,
+sandboxes are listed from their records, and ls fails with the engine's error.
+With --engine kubernetes: the sandboxes in the cluster's namespace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.ls(asJSON) },
 	}
@@ -29,6 +31,15 @@ sandboxes are listed from their records, and ls fails with the engine's error.`,
 }
 
 func (a *app) ls(asJSON bool) error {
+	if a.engine == sandbox.Kubernetes {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		list, err := sandbox.ListCluster(ctx, a.cluster())
+		if err != nil {
+			return hintError(err, nil, "")
+		}
+		return a.lsPrint(list, asJSON)
+	}
 	dirs, err := hostinfo.UserDirs()
 	if err != nil {
 		return err
@@ -89,7 +100,7 @@ func (a *app) lsTable(list []sandbox.Sandbox) error {
 func newGC(a *app) *cobra.Command {
 	var prepared bool
 	cmd := &cobra.Command{
-		Use:   "gc [--prepared]",
+		Use:   "gc [--prepared] [--engine kubernetes [-n NAMESPACE]]",
 		Short: "Remove what sandboxes of killed launchers left behind (containers, networks, volumes); stop persistent sandboxes whose supervisor was killed",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.gc(prepared) },
@@ -102,6 +113,9 @@ func newGC(a *app) *cobra.Command {
 // whose supervisor was killed, and, with prepared, the gateways prepared
 // ahead.
 func (a *app) gc(prepared bool) error {
+	if a.engine == sandbox.Kubernetes {
+		return a.gcCluster(prepared)
+	}
 	dirs, err := hostinfo.UserDirs()
 	if err != nil {
 		return err
@@ -131,4 +145,22 @@ func (a *app) gc(prepared bool) error {
 		fmt.Fprintln(a.stdout, "nothing to remove")
 	}
 	return err
+}
+
+// gcCluster removes what killed launchers of this host left in the
+// cluster's namespace.
+func (a *app) gcCluster(prepared bool) error {
+	if prepared {
+		return usageError{errors.New("--prepared: no gateway is prepared ahead on a cluster")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	removed, err := sandbox.GCCluster(ctx, a.cluster())
+	for _, n := range removed {
+		fmt.Fprintf(a.stdout, "removed %s\n", n)
+	}
+	if err == nil && len(removed) == 0 {
+		fmt.Fprintln(a.stdout, "nothing to remove")
+	}
+	return hintError(err, nil, "")
 }

@@ -16,7 +16,7 @@ import (
 )
 
 func newRender(a *app) *cobra.Command {
-	var output, target, namespace string
+	var output, target string
 	cmd := &cobra.Command{
 		Use:   "render [-p PROFILE] [--target compose|kubernetes] [-o FILE] [-- CMD...]",
 		Short: "Print the compose YAML of exactly the project that run would start",
@@ -37,7 +37,7 @@ environment (its keys, never its values) and the ConfigMap of its files.`,
 				return err
 			}
 			a.warnGrants(e.grants)
-			out, err := a.renderTarget(e, p, command, target, namespace)
+			out, err := a.renderTarget(e, p, command, target, a.namespace)
 			if err != nil {
 				return err
 			}
@@ -57,7 +57,6 @@ environment (its keys, never its values) and the ConfigMap of its files.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write to `FILE` instead of standard output (never half-written)")
 	cmd.Flags().StringVar(&target, "target", "compose", "what to render: compose, or kubernetes (the objects of a cluster)")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with --target kubernetes: the `NAMESPACE` the objects name (none: the client's)")
 	return cmd
 }
 

@@ -109,7 +109,7 @@ func (a *app) launch(cmd *cobra.Command, args []string, f runFlags) (*sandbox.La
 		}
 	}
 	return &sandbox.Launch{
-		Env: e.sandbox(), Profile: p, Ref: a.profile, Engine: a.engineWant(),
+		Env: e.sandbox(), Profile: p, Ref: a.profile, Engine: a.engineWant(), Cluster: a.cluster(),
 		Command: command, Build: f.build, Skip: f.skip, Resume: f.resume,
 		Streams: a.streams(),
 		TTY:     isTerminal(a.stdin) && isTerminal(a.stdout),

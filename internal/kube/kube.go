@@ -5,8 +5,8 @@
 // cluster's own facts. It talks to the API server through
 // internal/kubeapi, and prints nothing.
 //
-// It is the groundwork of `run --engine kubernetes`, which is to drive it
-// through the launch's Runtime seam; nothing calls it from the CLI yet.
+// The launch (internal/sandbox) drives it for `run --engine kubernetes`,
+// and gc for what killed launchers left.
 package kube
 
 import (
@@ -14,12 +14,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/kubeapi"
 )
 
@@ -192,6 +196,12 @@ type Sandbox struct {
 	Name      string
 	Phase     string
 	Workspace string
+	Profile   string
+	// PID and Host are the launcher's, as its annotations say (0 and ""
+	// when they say none).
+	PID     int
+	Host    string
+	Created time.Time
 }
 
 // List returns the sandboxes of the namespace: the Pods propio-sandbox
@@ -206,8 +216,9 @@ func (k *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 	var list struct {
 		Items []struct {
 			Metadata struct {
-				Name        string            `json:"name"`
-				Annotations map[string]string `json:"annotations"`
+				Name              string            `json:"name"`
+				Annotations       map[string]string `json:"annotations"`
+				CreationTimestamp time.Time         `json:"creationTimestamp"`
 			} `json:"metadata"`
 			Status struct {
 				Phase string `json:"phase"`
@@ -219,8 +230,102 @@ func (k *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 	}
 	out := make([]Sandbox, 0, len(list.Items))
 	for _, it := range list.Items {
-		out = append(out, Sandbox{Name: it.Metadata.Name, Phase: it.Status.Phase, Workspace: it.Metadata.Annotations[generator.KubeAnnWorkspace]})
+		a := it.Metadata.Annotations
+		pid, _ := strconv.Atoi(a[AnnLauncherPID])
+		out = append(out, Sandbox{Name: it.Metadata.Name, Phase: it.Status.Phase, Workspace: a[generator.KubeAnnWorkspace],
+			Profile: a[generator.KubeAnnProfile], PID: pid, Host: a[AnnLauncherHost], Created: it.Metadata.CreationTimestamp})
 	}
-	slices.SortFunc(out, func(a, b Sandbox) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Sandbox) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// Annotations on every object of a sandbox a launcher made, naming it: gc
+// removes what a launcher that is gone left (backend.LauncherAlive).
+const (
+	AnnLauncherPID  = "propio-sandbox.dev/launcher-pid"
+	AnnLauncherHost = "propio-sandbox.dev/launcher-host"
+)
+
+// Stamp annotates every object of objs with the launcher pid on host.
+func Stamp(objs *generator.KubeObjects, pid int, host string) {
+	stamp := func(m *generator.KubeMeta) {
+		m.Annotations = maps.Clone(m.Annotations)
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[AnnLauncherPID] = strconv.Itoa(pid)
+		m.Annotations[AnnLauncherHost] = host
+	}
+	if objs.Secret != nil {
+		s := *objs.Secret
+		stamp(&s.Metadata)
+		objs.Secret = &s
+	}
+	if objs.ConfigMap != nil {
+		c := *objs.ConfigMap
+		stamp(&c.Metadata)
+		objs.ConfigMap = &c
+	}
+	objs.Policies = slices.Clone(objs.Policies)
+	for i := range objs.Policies {
+		stamp(&objs.Policies[i].Metadata)
+	}
+	stamp(&objs.Pod.Metadata)
+}
+
+// Leftover is a sandbox whose launcher is gone, as Leftovers finds it.
+type Leftover struct {
+	Name string
+	PID  int
+	Host string
+}
+
+// Leftovers are the sandboxes of the namespace whose launcher, on this
+// host, is gone (killed before it could remove them): every object
+// propio-sandbox made, by the sandbox's label, with the launcher its
+// annotations name. One of a live launcher, of another host, or of no
+// launcher named, is never one.
+func (k *Cluster) Leftovers(ctx context.Context) ([]Leftover, error) {
+	q := url.Values{"labelSelector": {generator.KubeLabelManagedBy + "=" + generator.KubeManagedBy}}
+	found := map[string]Leftover{}
+	live := map[string]bool{}
+	for _, c := range collections {
+		p, _ := kubeapi.Path(c.apiVersion, c.kind, k.Namespace)
+		raw, err := k.API.Do(ctx, http.MethodGet, p, q, nil)
+		if err != nil {
+			return nil, fmt.Errorf("listing the %ss of namespace %s: %w", strings.ToLower(c.kind), k.Namespace, err)
+		}
+		var list struct {
+			Items []struct {
+				Metadata struct {
+					Labels      map[string]string `json:"labels"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("listing the %ss of namespace %s: %w", strings.ToLower(c.kind), k.Namespace, err)
+		}
+		for _, it := range list.Items {
+			name := it.Metadata.Labels[generator.KubeLabelSandbox]
+			if name == "" {
+				continue
+			}
+			pid, _ := strconv.Atoi(it.Metadata.Annotations[AnnLauncherPID])
+			host := it.Metadata.Annotations[AnnLauncherHost]
+			if backend.LauncherAlive(pid, host) {
+				live[name] = true
+				continue
+			}
+			found[name] = Leftover{Name: name, PID: pid, Host: host}
+		}
+	}
+	var out []Leftover
+	for name, l := range found {
+		if !live[name] {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b Leftover) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

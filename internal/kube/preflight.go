@@ -61,7 +61,16 @@ func (k *Cluster) Preflight(ctx context.Context, objs *generator.KubeObjects) er
 		return fmt.Errorf("the cluster's API server %s is not ready: %w", k.API.Config().Server, err)
 	}
 	var problems []string
-	for _, p := range permissions {
+	need := permissions
+	for _, c := range objs.Pod.Spec.Containers {
+		if c.Name == generator.KubeKeeperContainer || denied(objs) {
+			// The workspace is copied out of the keeper with an exec, and
+			// the policy's hold is probed with one.
+			need = append(slices.Clone(permissions), permission{"create", "", "pods", "exec"})
+			break
+		}
+	}
+	for _, p := range need {
 		ok, err := k.may(ctx, p)
 		if err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
@@ -31,7 +33,34 @@ type RunSpec struct {
 	Streams   Streams
 	// Started, when set, is called once the sandbox's container runs.
 	Started func()
+	// TTY gives the sandbox's container a terminal, of Size: its input
+	// goes there, and its output (the terminal's) comes back on
+	// Streams.Out.
+	TTY  bool
+	Size *kubeapi.TermSize
+	// Resize gives the terminal's later sizes (the launcher's window
+	// resized).
+	Resize <-chan kubeapi.TermSize
+	// Warn, when set, is told what the run could not check (it goes on).
+	Warn func(string)
+	// WorkspaceOut, when set, receives a tar stream of the workspace as the
+	// command left it, read in the Pod's keeper container
+	// (generator.KubeKeeperContainer) once the command has ended, before
+	// the Pod is removed.
+	WorkspaceOut io.Writer
 }
+
+// ErrNotEnforced: the sandbox's NetworkPolicy denies its egress, and its
+// Pod still reached the API server's Service after policyWait: the
+// cluster's CNI does not enforce NetworkPolicy.
+var ErrNotEnforced = errors.New("the cluster does not enforce the sandbox's NetworkPolicy")
+
+// ErrWorkspaceOut: the workspace could not be copied out of the Pod.
+var ErrWorkspaceOut = errors.New("copying the workspace out of the pod failed")
+
+// ErrDeadline: the Pod's activeDeadlineSeconds (the profile's timeout)
+// ended the sandbox.
+var ErrDeadline = errors.New("the sandbox's timeout (activeDeadlineSeconds) ended it")
 
 // poll is how often a run looks at its Pod: the kubelet's progress is
 // not an event this client subscribes to.
@@ -45,6 +74,16 @@ const poll = 200 * time.Millisecond
 // command. A launcher killed outright leaves objects that Remove finds by
 // the sandbox's label.
 func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
+	if s.TTY {
+		objs := *s.Objects
+		objs.Pod.Spec.Containers = slices.Clone(objs.Pod.Spec.Containers)
+		for i := range objs.Pod.Spec.Containers {
+			if objs.Pod.Spec.Containers[i].Name == "sandbox" {
+				objs.Pod.Spec.Containers[i].TTY = true
+			}
+		}
+		s.Objects = &objs
+	}
 	made, err := k.Create(ctx, s.Objects, s.Env)
 	if err != nil {
 		return -1, err
@@ -62,6 +101,11 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 		return ok && st.State.Running != nil, p.failure()
 	}); err != nil {
 		return -1, err
+	}
+	if denied(s.Objects) {
+		if err := k.awaitPolicy(ctx, pod, s.Warn); err != nil {
+			return -1, err
+		}
 	}
 	copyOpts := kubeapi.StreamOptions{Container: generator.KubeCopyContainer, Stdin: true, Stdout: true, Stderr: true}
 	var copyErr limited
@@ -85,7 +129,7 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 			// Input goes in while the command runs; its end closes the
 			// command's standard input. An attach to a container that has
 			// ended already fails, and the input is not wanted then.
-			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true}, s.Streams.In, nil, nil)
+			_ = k.API.Attach(ctx, k.Namespace, pod, kubeapi.StreamOptions{Container: "sandbox", Stdin: true, TTY: s.TTY, Size: s.Size, Resize: s.Resize}, s.Streams.In, nil, nil)
 		}()
 	}
 	if s.Streams.Out != nil {
@@ -109,9 +153,38 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 	}
 	st, _ := final.container("sandbox", false)
 	if final.Status.Reason == "DeadlineExceeded" {
-		return st.State.Terminated.ExitCode, fmt.Errorf("the sandbox's timeout (activeDeadlineSeconds) ended it")
+		return st.State.Terminated.ExitCode, ErrDeadline
 	}
-	return st.State.Terminated.ExitCode, nil
+	code = st.State.Terminated.ExitCode
+	if s.WorkspaceOut != nil {
+		if err := k.copyOut(ctx, pod, s.Objects, s.WorkspaceOut); err != nil {
+			return code, err
+		}
+	}
+	return code, nil
+}
+
+// copyOut writes a tar stream of the workspace's volume to w, from the
+// Pod's keeper container.
+func (k *Cluster) copyOut(ctx context.Context, pod string, objs *generator.KubeObjects, w io.Writer) error {
+	at := ""
+	for _, c := range objs.Pod.Spec.Containers {
+		if c.Name == generator.KubeKeeperContainer && len(c.VolumeMounts) > 0 {
+			at = c.VolumeMounts[0].MountPath
+		}
+	}
+	if at == "" {
+		return fmt.Errorf("%w: pod %s has no %s container", ErrWorkspaceOut, pod, generator.KubeKeeperContainer)
+	}
+	var stderr limited
+	o := kubeapi.StreamOptions{Container: generator.KubeKeeperContainer, Stdout: true, Stderr: true, Command: []string{"tar", "-c", "-f", "-", "-C", at, "."}}
+	if err := k.API.Exec(ctx, k.Namespace, pod, o, nil, w, &stderr); err != nil {
+		if stderr.n > 0 {
+			return fmt.Errorf("%w: %v (tar said: %s)", ErrWorkspaceOut, err, strings.TrimSpace(stderr.String()))
+		}
+		return fmt.Errorf("%w: %v", ErrWorkspaceOut, err)
+	}
+	return nil
 }
 
 // limited keeps the first 4 KiB written to it.
@@ -133,6 +206,7 @@ func (l *limited) String() string { return string(l.b) }
 type podStatus struct {
 	Status struct {
 		Phase                 string            `json:"phase"`
+		PodIP                 string            `json:"podIP"`
 		Reason                string            `json:"reason"`
 		Message               string            `json:"message"`
 		InitContainerStatuses []containerStatus `json:"initContainerStatuses"`
@@ -241,6 +315,59 @@ func (k *Cluster) waitPod(ctx context.Context, name string, done func(podStatus)
 		select {
 		case <-ctx.Done():
 			return podStatus{}, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// denied reports whether a policy of objs denies the sandbox all egress.
+func denied(objs *generator.KubeObjects) bool {
+	for _, p := range objs.Policies {
+		if slices.Contains(p.Spec.PolicyTypes, "Egress") && len(p.Spec.Egress) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// policyWait bounds the wait for the CNI to enforce the sandbox's policy.
+const policyWait = 30 * time.Second
+
+// policyProbe tries, from inside the Pod (its network namespace), a TCP
+// connection to the API server's Service, which a policy that denies
+// egress keeps it from: exit 0 when it connected.
+var policyProbe = []string{"timeout", "2", "bash", "-c", `exec 3<>"/dev/tcp/$KUBERNETES_SERVICE_HOST/$KUBERNETES_SERVICE_PORT"`}
+
+// awaitPolicy waits, before the sandbox's command can start (its
+// workspace not copied in yet), until its Pod can no longer reach the API
+// server's Service: a NetworkPolicy holds once the CNI's agent has seen
+// the Pod. The probe runs in the copy container; one that cannot run
+// there (no bash or timeout in the image) is said to warn, and the run
+// goes on. A Pod that still connects after policyWait is ErrNotEnforced.
+func (k *Cluster) awaitPolicy(ctx context.Context, pod string, warn func(string)) error {
+	deadline := time.Now().Add(policyWait)
+	o := kubeapi.StreamOptions{Container: generator.KubeCopyContainer, Stdout: true, Stderr: true, Command: policyProbe}
+	for {
+		var out limited
+		err := k.API.Exec(ctx, k.Namespace, pod, o, nil, &out, &out)
+		var exit *kubeapi.ExitError
+		switch {
+		case errors.As(err, &exit) && exit.Code != 127 && exit.Code != 126:
+			return nil // not reached: the policy holds
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			if warn != nil {
+				warn(fmt.Sprintf("could not check that the cluster enforces the sandbox's NetworkPolicy before its command starts (the probe needs bash and timeout in the image): %v %s", err, strings.TrimSpace(out.String())))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: pod %s still reached the API server's Service %v after it was made", ErrNotEnforced, pod, policyWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-time.After(poll):
 		}
 	}

@@ -21,6 +21,7 @@ const (
 	chanStdout = 1
 	chanStderr = 2
 	chanError  = 3
+	chanResize = 4
 	chanClose  = 255 // v5: [255, channel] closes that channel (stdin's end)
 )
 
@@ -29,7 +30,17 @@ type StreamOptions struct {
 	Container             string
 	Stdin, Stdout, Stderr bool
 	TTY                   bool
-	Command               []string // exec only
+	// Size, with TTY, is the terminal's size, sent as the stream opens;
+	// each size Resize gives later is sent as it comes.
+	Size    *TermSize
+	Resize  <-chan TermSize
+	Command []string // exec only
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct {
+	Width  uint16 `json:"Width"`
+	Height uint16 `json:"Height"`
 }
 
 // ExitError is a command's exit status other than 0, as the API server
@@ -101,6 +112,29 @@ func (c *Client) stream(ctx context.Context, namespace, pod, sub string, o Strea
 		wmu.Lock()
 		defer wmu.Unlock()
 		return websocket.Message.Send(ws, b)
+	}
+	if o.TTY && o.Size != nil {
+		b, _ := json.Marshal(o.Size)
+		if err := send(append([]byte{chanResize}, b...)); err != nil {
+			return fmt.Errorf("sizing the terminal of pod %s/%s: %w", namespace, pod, err)
+		}
+	}
+	if o.TTY && o.Resize != nil {
+		ended := make(chan struct{})
+		defer close(ended)
+		go func() {
+			for {
+				select {
+				case size := <-o.Resize:
+					b, _ := json.Marshal(size)
+					if send(append([]byte{chanResize}, b...)) != nil {
+						return
+					}
+				case <-ended:
+					return
+				}
+			}
+		}()
 	}
 	if o.Stdin && stdin != nil {
 		go func() {

@@ -30,6 +30,12 @@ const (
 	Runtime     = "runtime"
 	NetworkJoin = "network.join"
 	Disk        = "disk"
+	// Cluster: a Kubernetes cluster's own facts (run --engine kubernetes),
+	// in place of the engine's checks.
+	Cluster = "cluster"
+	// NetworkPolicy: doctor's probe of whether a cluster's CNI enforces
+	// NetworkPolicy (doctor --engine kubernetes).
+	NetworkPolicy = "network-policy"
 )
 
 // Result is how one check went.

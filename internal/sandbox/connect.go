@@ -57,6 +57,10 @@ var (
 	ErrEngineTooOld     = engine.ErrEngineTooOld
 )
 
+// ErrNotOnCluster: the command needs a container engine, and --engine
+// names a Kubernetes cluster.
+var ErrNotOnCluster = errors.New("this command runs on a container engine (docker or podman): with --engine kubernetes, only run, ls, gc and doctor are available")
+
 // The engines a launch may ask for.
 const (
 	Auto   = engine.Auto
@@ -69,6 +73,9 @@ const (
 // not run (Close stops it).
 func Connect(ctx context.Context, want string, s Streams) (*Conn, error) {
 	want = cmp.Or(want, engine.Auto)
+	if want == Kubernetes {
+		return nil, &EngineError{Kind: want, Err: ErrNotOnCluster}
+	}
 	loc, err := engine.Locate(ctx, want, os.Getenv)
 	if err != nil {
 		return nil, &EngineError{Kind: want, Err: err}
@@ -193,6 +200,9 @@ type Early struct {
 
 // ConnectEarly starts connecting to the engine want names, as Connect does.
 func ConnectEarly(want string, s Streams) *Early {
+	if want == Kubernetes {
+		return nil // a cluster is reached by the launch itself
+	}
 	e := &Early{want: cmp.Or(want, engine.Auto), done: make(chan struct{})}
 	go func() {
 		defer close(e.done)

@@ -65,6 +65,8 @@ type Launch struct {
 	// Keep makes the launch a persistent sandbox's supervisor (up, start);
 	// nil for a run.
 	Keep *Keep
+	// Cluster names the cluster and namespace when Engine is Kubernetes.
+	Cluster ClusterTarget
 }
 
 // ErrAllowlistOnPodman: network.mode allowlist does not run on rootless
@@ -130,6 +132,9 @@ type launch struct {
 // *preflight.Failure when a check did, and nothing was created), with the
 // exit code it calls for, when it has one, as the code.
 func (l *Launch) Run(ctx context.Context) (int, error) {
+	if l.Engine == Kubernetes {
+		return l.runCluster(ctx)
+	}
 	if l.Keep.resuming() {
 		return l.resume(ctx)
 	}

@@ -48,7 +48,9 @@ type Preflight struct {
 }
 
 // Checks are the built-in checks, in the order run passes them.
-func (f *Preflight) Checks() []preflight.Check {
+func (f *Preflight) Checks() []preflight.Check { return preflight.Checks(f.inputs()) }
+
+func (f *Preflight) inputs() preflight.Inputs {
 	host := f.Env.BuildHost(f.Profile)
 	var cs func(context.Context) (string, string)
 	if f.ChangesetMode != nil {
@@ -59,7 +61,7 @@ func (f *Preflight) Checks() []preflight.Check {
 			return f.ChangesetMode(ctx, f.Conn)
 		}
 	}
-	return preflight.Checks(preflight.Inputs{
+	return preflight.Inputs{
 		Changeset: cs,
 		Profile:   f.Profile,
 		Ref:       f.Ref,
@@ -72,7 +74,7 @@ func (f *Preflight) Checks() []preflight.Check {
 		Trust:     profile.TrustStore{Dir: f.Env.Dirs.State},
 		Connect:   f.connect,
 		Missing:   func() { f.Missing = true },
-	})
+	}
 }
 
 func (f *Preflight) connect(ctx context.Context) (preflight.EngineConn, error) {

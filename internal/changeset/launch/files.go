@@ -12,8 +12,8 @@ import (
 	"github.com/propio/propio-sandbox/internal/changeset"
 )
 
-// likeRoot gives dir the owner (as root) and mode of the directory src.
-func likeRoot(dir, src string) error {
+// LikeRoot gives dir the owner (as root) and mode of the directory src.
+func LikeRoot(dir, src string) error {
 	st, err := os.Stat(src)
 	if err != nil {
 		return err

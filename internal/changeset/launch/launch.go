@@ -302,7 +302,7 @@ func (l *Changeset) realise(mounts []generator.ChangesetMount, userXattr bool) e
 			m.UpperDir, m.WorkDir = cs.UpperDir(m.Name), cs.WorkDir(m.Name)
 			// The root of an overlay takes its owner and mode from the upper
 			// directory's: the original's.
-			if err := likeRoot(m.UpperDir, m.Source); err != nil {
+			if err := LikeRoot(m.UpperDir, m.Source); err != nil {
 				return err
 			}
 		case changeset.ModeCopy:
