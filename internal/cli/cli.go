@@ -84,6 +84,16 @@ func (a *app) engineArgs() []string {
 
 // checkEngineFlags refuses --context with an engine that has no contexts,
 // and a cluster's flags without a cluster.
+// preRun comes before every command: the collector, held off
+// (internal/initgc) until a launch's sandbox has started, is given back at
+// once to the other commands; the engine flags are checked.
+func (a *app) preRun(cmd *cobra.Command, args []string) error {
+	if cmd.Annotations[launches] == "" {
+		initgc.Restore()
+	}
+	return a.checkEngineFlags(cmd, args)
+}
+
 func (a *app) checkEngineFlags(cmd *cobra.Command, _ []string) error {
 	if a.context != "" && a.engine != "" && a.engine != sandbox.Auto && a.engine != sandbox.Docker {
 		hint := ""
@@ -134,14 +144,7 @@ present, otherwise the built-in "` + profile.DefaultBuiltin + `".`,
 	root.PersistentFlags().StringVar(&a.context, "context", "", "Docker `CONTEXT` to run on, as docker --context (default: DOCKER_HOST, else DOCKER_CONTEXT, else the docker CLI's current context)")
 	root.PersistentFlags().StringVar(&a.kubeContext, "kube-context", "", "with --engine kubernetes: the kubeconfig's `CONTEXT` (default: its current context; the kubeconfig is $KUBECONFIG's first file, else ~/.kube/config)")
 	root.PersistentFlags().StringVarP(&a.namespace, "namespace", "n", "", "with --engine kubernetes (or render --target kubernetes): the `NAMESPACE` (default: the context's)")
-	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
-		// The collector is held off (internal/initgc) until a launch's
-		// sandbox has started; other commands have it at once.
-		if cmd.Annotations[launches] == "" {
-			initgc.Restore()
-		}
-		return a.checkEngineFlags(cmd, args)
-	}
+	root.PersistentPreRunE = a.preRun
 	root.Annotations = map[string]string{launches: "yes"}
 	rootRun.register(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
