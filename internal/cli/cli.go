@@ -82,8 +82,6 @@ func (a *app) engineArgs() []string {
 	return args
 }
 
-// checkEngineFlags refuses --context with an engine that has no contexts,
-// and a cluster's flags without a cluster.
 // preRun comes before every command: the collector, held off
 // (internal/initgc) until a launch's sandbox has started, is given back at
 // once to the other commands; the engine flags are checked.
@@ -94,6 +92,8 @@ func (a *app) preRun(cmd *cobra.Command, args []string) error {
 	return a.checkEngineFlags(cmd, args)
 }
 
+// checkEngineFlags refuses --context with an engine that has no contexts,
+// and a cluster's flags without a cluster.
 func (a *app) checkEngineFlags(cmd *cobra.Command, _ []string) error {
 	if a.context != "" && a.engine != "" && a.engine != sandbox.Auto && a.engine != sandbox.Docker {
 		hint := ""
