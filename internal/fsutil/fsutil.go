@@ -6,10 +6,12 @@ package fsutil
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // WriteFileAtomic writes data to a temporary file beside path and renames it
@@ -73,4 +75,18 @@ func Rel(dir, path string) (string, bool) {
 func Within(dir, path string) bool {
 	_, ok := Rel(dir, path)
 	return ok
+}
+
+// WriteNew creates the file path, which must not exist (a link there is
+// not followed), mode 0600, with what r holds, and closes it.
+func WriteNew(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -3,6 +3,7 @@ package fsutil
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,5 +50,33 @@ func TestWithin(t *testing.T) {
 		if ok != c.want || rel != c.rel || Within(c.dir, c.path) != c.want {
 			t.Errorf("Rel(%q, %q) = %q, %v; want %q, %v", c.dir, c.path, rel, ok, c.rel, c.want)
 		}
+	}
+}
+
+// WriteNew makes a new file, mode 0600, and never writes through what is
+// there already: a file, or a link (to a file of the host, say).
+func TestWriteNew(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "new")
+	if err := WriteNew(path, strings.NewReader("content")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "content" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v; want 0600", fi.Mode().Perm())
+	}
+	target := filepath.Join(dir, "target")
+	os.WriteFile(target, []byte("host"), 0o644)
+	link := filepath.Join(dir, "link")
+	os.Symlink(target, link)
+	for _, p := range []string{path, link} {
+		if err := WriteNew(p, strings.NewReader("x")); err == nil {
+			t.Errorf("WriteNew(%s) wrote over what was there", p)
+		}
+	}
+	if b, _ := os.ReadFile(target); string(b) != "host" {
+		t.Errorf("the link's target was written: %q", b)
 	}
 }

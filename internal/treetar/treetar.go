@@ -14,9 +14,9 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -139,15 +139,7 @@ func Extract(r io.Reader, dir string) error {
 			}
 			dirStamps = append(dirStamps, stamp{rel, hdr.ModTime, mode})
 		case tar.TypeReg:
-			f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+			if err := fsutil.WriteNew(full, tr); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
