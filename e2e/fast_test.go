@@ -37,7 +37,7 @@ func TestBackgroundRemoval(t *testing.T) {
 	px := cleanupStartProxyTo(t, engine, http.MethodDelete, "/containers/", holdRequest)
 	s.Env = append(s.Env, "DOCKER_HOST=unix://"+px.socket)
 	p := s.Profile("network: {mode: none}\n")
-	if r := s.Run("", "run", "-p", p, "--", "exit", "0"); r.Code != 0 || r.Stderr != "" {
+	if r := s.Run("", "run", "-p", p, "--", "exit", "0"); r.Code != 0 || r.OwnStderr() != "" {
 		t.Fatalf("run:\n%s", r)
 	}
 	select {

@@ -169,6 +169,19 @@ type Result struct {
 	Code           int
 }
 
+// OwnStderr is what the launcher said of its own sandbox: its stderr
+// without the note on other launchers' leftovers it removed, which tests
+// sharing an engine may see at any launch.
+func (r Result) OwnStderr() string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(r.Stderr, "\n") {
+		if !strings.HasPrefix(line, "propio-sandbox: removed ") || !strings.Contains(line, " leftover sandbox(es) of launchers that are gone: ") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
 func (r Result) String() string {
 	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
 }

@@ -138,7 +138,7 @@ func TestIsolationHideLinks(t *testing.T) {
 		p := s.Profile(probeOffline + "workspace:\n  hide: [.env, .env.local]\n")
 		for _, path := range []string{".env", ".env.local", "real/prod.env"} {
 			r := probeRun(s, p, "read", path)
-			if r.Code != 0 || r.Stdout != "" || r.Stderr != "" {
+			if r.Code != 0 || r.Stdout != "" || r.OwnStderr() != "" {
 				t.Fatalf("want %s to read as empty, with no warning:\n%s", path, r)
 			}
 		}
