@@ -181,6 +181,16 @@ func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up compose: %w", err)
 	}
+	// The SDK pings the engine once, to learn the API version it speaks,
+	// as it first creates a container: here, as the launch connects (while
+	// it reads its profile), not as it creates the sandbox.
+	if v, ok := svc.(interface {
+		RuntimeAPIVersion(context.Context) (string, error)
+	}); ok {
+		if _, err := v.RuntimeAPIVersion(ctx); err != nil {
+			return nil, classify(host, err)
+		}
+	}
 	e := &Engine{Host: host, Context: loc.Context, ContextFrom: loc.ContextFrom, Kind: Docker, cli: cli, api: api, compose: svc, identity: identity}
 	if known {
 		e.Kind = kind
