@@ -19,7 +19,30 @@ type KubeOptions struct {
 	// Namespace the objects are put in; "" leaves it to the client's
 	// context.
 	Namespace string
+	// As is what carries the sandbox's Pod: KubeAsPod ("" too), or one of
+	// the kinds of kubernetes-sigs/agent-sandbox.
+	As string
 }
+
+// What carries the sandbox's Pod (KubeOptions.As).
+const (
+	// KubeAsPod: a bare Pod, what run creates.
+	KubeAsPod = "pod"
+	// KubeAsSandbox: an agent-sandbox Sandbox whose pod template is the
+	// Pod's metadata and spec.
+	KubeAsSandbox = "sandbox"
+	// KubeAsTemplate: an agent-sandbox SandboxTemplate with that pod
+	// template, and a SandboxClaim of it.
+	KubeAsTemplate = "template"
+)
+
+// The API versions of kubernetes-sigs/agent-sandbox's kinds (v0.1.0):
+// Sandbox in the core group, SandboxTemplate and SandboxClaim in the
+// extensions group.
+const (
+	AgentSandboxAPI           = "agents.x-k8s.io/v1alpha1"
+	AgentSandboxExtensionsAPI = "extensions.agents.x-k8s.io/v1alpha1"
+)
 
 // KubeObjects are the objects that run a sandbox on a cluster, in the order
 // they are created: what carries the environment and the files, the
@@ -29,6 +52,11 @@ type KubeObjects struct {
 	ConfigMap *KubeConfigMap
 	Policies  []KubeNetworkPolicy
 	Pod       KubePod
+	// Sandbox, with KubeOptions.As sandbox or template, carries the Pod
+	// in place of the bare Pod: a Sandbox, or a SandboxTemplate that
+	// Claim claims.
+	Sandbox *KubeSandbox
+	Claim   *KubeSandboxClaim
 	// EnvPassed are the host variables the Secret carries, by name: run
 	// reads their values from the launcher's environment; render never
 	// shows them.
@@ -88,6 +116,52 @@ type KubePod struct {
 	Kind       string      `yaml:"kind" json:"kind"`
 	Metadata   KubeMeta    `yaml:"metadata" json:"metadata"`
 	Spec       KubePodSpec `yaml:"spec" json:"spec"`
+}
+
+// KubeSandbox is an agent-sandbox Sandbox, or a SandboxTemplate (the two
+// specs' fields a sandbox sets are the same: the pod template).
+type KubeSandbox struct {
+	APIVersion string          `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string          `yaml:"kind" json:"kind"`
+	Metadata   KubeMeta        `yaml:"metadata" json:"metadata"`
+	Spec       KubeSandboxSpec `yaml:"spec" json:"spec"`
+}
+
+// KubeSandboxSpec is the spec of a Sandbox or a SandboxTemplate.
+type KubeSandboxSpec struct {
+	PodTemplate KubePodTemplate `yaml:"podTemplate" json:"podTemplate"`
+}
+
+// KubePodTemplate is the Pod a Sandbox runs: the bare Pod's labels,
+// annotations and spec.
+type KubePodTemplate struct {
+	Metadata KubePodMeta `yaml:"metadata" json:"metadata"`
+	Spec     KubePodSpec `yaml:"spec" json:"spec"`
+}
+
+// KubePodMeta is a pod template's metadata.
+type KubePodMeta struct {
+	Labels      map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+	Annotations map[string]string `yaml:"annotations,omitempty" json:"annotations,omitempty"`
+}
+
+// KubeSandboxClaim is an agent-sandbox SandboxClaim: a Sandbox made from a
+// SandboxTemplate.
+type KubeSandboxClaim struct {
+	APIVersion string               `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string               `yaml:"kind" json:"kind"`
+	Metadata   KubeMeta             `yaml:"metadata" json:"metadata"`
+	Spec       KubeSandboxClaimSpec `yaml:"spec" json:"spec"`
+}
+
+// KubeSandboxClaimSpec names the template claimed.
+type KubeSandboxClaimSpec struct {
+	TemplateRef KubeTemplateRef `yaml:"sandboxTemplateRef" json:"sandboxTemplateRef"`
+}
+
+// KubeTemplateRef names a SandboxTemplate.
+type KubeTemplateRef struct {
+	Name string `yaml:"name" json:"name"`
 }
 
 // KubePodSpec is the part of a Pod's spec a sandbox sets.

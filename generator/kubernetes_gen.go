@@ -37,6 +37,11 @@ const (
 // published ports, the SSH agent, agent requests, and, for now, an egress
 // allowlist. The host's git configuration is not carried.
 func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObjects, error) {
+	switch ko.As {
+	case "", KubeAsPod, KubeAsSandbox, KubeAsTemplate:
+	default:
+		return nil, fmt.Errorf("kubernetes objects as %q: choose %s, %s or %s", ko.As, KubeAsPod, KubeAsSandbox, KubeAsTemplate)
+	}
 	if err := kubeRefuse(p, h); err != nil {
 		return nil, err
 	}
@@ -51,7 +56,7 @@ func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObj
 		return nil, err
 	}
 	name := KubeName(project.Name)
-	k := &kubeBuild{p: p, h: h, name: name, ns: ko.Namespace, svc: svc, ext: ext}
+	k := &kubeBuild{p: p, h: h, name: name, ns: ko.Namespace, as: ko.As, svc: svc, ext: ext}
 	return k.objects()
 }
 
@@ -111,6 +116,7 @@ type kubeBuild struct {
 	h    Host
 	name string
 	ns   string
+	as   string // KubeOptions.As
 	svc  types.ServiceConfig
 	ext  Extension
 
@@ -175,7 +181,30 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		return nil, err
 	}
 	out.Pod = pod
+	switch k.as {
+	case KubeAsSandbox:
+		out.Sandbox = k.sandbox(AgentSandboxAPI, "Sandbox", "sandbox", pod)
+	case KubeAsTemplate:
+		out.Sandbox = k.sandbox(AgentSandboxExtensionsAPI, "SandboxTemplate", "template", pod)
+		out.Claim = &KubeSandboxClaim{
+			APIVersion: AgentSandboxExtensionsAPI, Kind: "SandboxClaim", Metadata: k.meta("", "claim"),
+			Spec: KubeSandboxClaimSpec{TemplateRef: KubeTemplateRef{Name: k.name}},
+		}
+	}
 	return out, nil
+}
+
+// sandbox says pod as an agent-sandbox object of kind whose pod template
+// is the Pod's labels, annotations and spec, unchanged: the policies
+// select its Pod by the same labels.
+func (k *kubeBuild) sandbox(apiVersion, kind, role string, pod KubePod) *KubeSandbox {
+	return &KubeSandbox{
+		APIVersion: apiVersion, Kind: kind, Metadata: k.meta("", role),
+		Spec: KubeSandboxSpec{PodTemplate: KubePodTemplate{
+			Metadata: KubePodMeta{Labels: pod.Metadata.Labels, Annotations: pod.Metadata.Annotations},
+			Spec:     pod.Spec,
+		}},
+	}
 }
 
 // envName is what a Secret's key may be, and so a variable it carries.
@@ -409,7 +438,8 @@ func kubeCaps(in []string) []string {
 	return out
 }
 
-// List is the objects in the order they are created.
+// List is the objects in the order they are created: the Sandbox, or the
+// SandboxTemplate and its claim, in place of the Pod when there is one.
 func (o *KubeObjects) List() []any {
 	var out []any
 	if o.Secret != nil {
@@ -420,6 +450,12 @@ func (o *KubeObjects) List() []any {
 	}
 	for i := range o.Policies {
 		out = append(out, &o.Policies[i])
+	}
+	switch {
+	case o.Claim != nil:
+		return append(out, o.Sandbox, o.Claim)
+	case o.Sandbox != nil:
+		return append(out, o.Sandbox)
 	}
 	return append(out, &o.Pod)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,12 @@ import (
 // as a comment (a case a cluster cannot run is a golden of its own).
 func renderKube(t *testing.T, c goldenCase) []byte {
 	t.Helper()
+	return renderKubeAs(t, c, "")
+}
+
+// renderKubeAs renders a case with the Pod carried as as says.
+func renderKubeAs(t *testing.T, c goldenCase, as string) []byte {
+	t.Helper()
 	p, err := c.load()
 	if err != nil {
 		t.Fatalf("loading: %v", err)
@@ -26,7 +33,7 @@ func renderKube(t *testing.T, c goldenCase) []byte {
 	if o.Keep != nil {
 		return nil // a persistent sandbox is not a target of the renderer yet
 	}
-	objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{Namespace: "sandboxes"})
+	objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{Namespace: "sandboxes", As: as})
 	if err != nil {
 		return []byte("# error: " + strings.ReplaceAll(err.Error(), "\n", "\n# error: ") + "\n")
 	}
@@ -43,26 +50,53 @@ func renderKube(t *testing.T, c goldenCase) []byte {
 func TestKubernetesGolden(t *testing.T) {
 	for _, c := range cases(t) {
 		t.Run(c.name, func(t *testing.T) {
-			out := renderKube(t, c)
-			if out == nil {
-				t.Skip("a persistent sandbox's case")
-			}
-			out = bytes.ReplaceAll(out, []byte(repoRoot), []byte("/REPO"))
-			golden := filepath.Join(c.dir, "kubernetes.golden.yaml")
-			if *update {
-				if err := os.WriteFile(golden, out, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./generator -update to create it)", err)
-			}
-			if !bytes.Equal(out, want) {
-				t.Errorf("render differs from %s (go test ./generator -update rewrites it):\n%s", golden, diff(string(want), string(out)))
-			}
+			checkKubeGolden(t, c, "", "kubernetes.golden.yaml")
 		})
+	}
+}
+
+// agentSandboxCases are the cases rendered as agent-sandbox objects too,
+// into testdata/<case>/kubernetes-<as>.golden.yaml: a policy, a Secret,
+// a ConfigMap, a keeper; and one without a policy.
+var agentSandboxCases = []string{"builtin-offline", "builtin-open", "kube-changeset"}
+
+// TestKubernetesAgentSandboxGolden renders some cases with --as sandbox
+// and --as template and compares them with their goldens.
+func TestKubernetesAgentSandboxGolden(t *testing.T) {
+	for _, c := range cases(t) {
+		if !slices.Contains(agentSandboxCases, c.name) {
+			continue
+		}
+		for _, as := range []string{generator.KubeAsSandbox, generator.KubeAsTemplate} {
+			t.Run(c.name+"/"+as, func(t *testing.T) {
+				checkKubeGolden(t, c, as, "kubernetes-"+as+".golden.yaml")
+			})
+		}
+	}
+}
+
+// checkKubeGolden compares the render of c as as with the golden file
+// name in its directory (or writes it, with -update).
+func checkKubeGolden(t *testing.T, c goldenCase, as, name string) {
+	t.Helper()
+	out := renderKubeAs(t, c, as)
+	if out == nil {
+		t.Skip("a persistent sandbox's case")
+	}
+	out = bytes.ReplaceAll(out, []byte(repoRoot), []byte("/REPO"))
+	golden := filepath.Join(c.dir, name)
+	if *update {
+		if err := os.WriteFile(golden, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./generator -update to create it)", err)
+	}
+	if !bytes.Equal(out, want) {
+		t.Errorf("render differs from %s (go test ./generator -update rewrites it):\n%s", golden, diff(string(want), string(out)))
 	}
 }
 
@@ -72,9 +106,11 @@ func TestKubernetesDeterministic(t *testing.T) {
 	for _, c := range cases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			a, b := renderKube(t, c), renderKube(t, c)
-			if !bytes.Equal(a, b) {
-				t.Errorf("two renders differ:\n%s", diff(string(a), string(b)))
+			for _, as := range []string{"", generator.KubeAsSandbox, generator.KubeAsTemplate} {
+				a, b := renderKubeAs(t, c, as), renderKubeAs(t, c, as)
+				if !bytes.Equal(a, b) {
+					t.Errorf("as %q: two renders differ:\n%s", as, diff(string(a), string(b)))
+				}
 			}
 		})
 	}
@@ -253,5 +289,79 @@ func TestKubeName(t *testing.T) {
 		if got := generator.KubeName(in); got != want {
 			t.Errorf("KubeName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestKubernetesAgentSandbox: for every case a cluster can run, the
+// Sandbox's (and the SandboxTemplate's) pod template is the bare Pod's
+// labels, annotations and spec, every isolation field included; the
+// claim names the template; no bare Pod is listed beside them.
+func TestKubernetesAgentSandbox(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := c.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := caseOptions(p)
+			if o.Keep != nil {
+				t.Skip("a persistent sandbox's case")
+			}
+			bare, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{})
+			if err != nil {
+				t.Skipf("not a cluster's case: %v", err)
+			}
+			for _, tc := range []struct{ as, kind, apiVersion string }{
+				{generator.KubeAsSandbox, "Sandbox", "agents.x-k8s.io/v1alpha1"},
+				{generator.KubeAsTemplate, "SandboxTemplate", "extensions.agents.x-k8s.io/v1alpha1"},
+			} {
+				objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{As: tc.as})
+				if err != nil {
+					t.Fatalf("as %s: %v", tc.as, err)
+				}
+				sb := objs.Sandbox
+				if sb == nil || sb.Kind != tc.kind || sb.APIVersion != tc.apiVersion || sb.Metadata.Name != bare.Pod.Metadata.Name {
+					t.Fatalf("as %s: %+v, want a %s %s named %s", tc.as, sb, tc.apiVersion, tc.kind, bare.Pod.Metadata.Name)
+				}
+				tmpl := sb.Spec.PodTemplate
+				if !reflect.DeepEqual(tmpl.Spec, bare.Pod.Spec) {
+					t.Errorf("as %s: the pod template's spec differs from the Pod's:\n%+v\n%+v", tc.as, tmpl.Spec, bare.Pod.Spec)
+				}
+				if !reflect.DeepEqual(tmpl.Metadata.Labels, bare.Pod.Metadata.Labels) || !reflect.DeepEqual(tmpl.Metadata.Annotations, bare.Pod.Metadata.Annotations) {
+					t.Errorf("as %s: the pod template's metadata %+v, want the Pod's %+v", tc.as, tmpl.Metadata, bare.Pod.Metadata)
+				}
+				for _, pol := range objs.Policies {
+					for k, v := range pol.Spec.PodSelector.MatchLabels {
+						if tmpl.Metadata.Labels[k] != v {
+							t.Errorf("as %s: policy %s selects %s=%s, which the pod template lacks", tc.as, pol.Metadata.Name, k, v)
+						}
+					}
+				}
+				list := objs.List()
+				for _, obj := range list {
+					if _, ok := obj.(*generator.KubePod); ok {
+						t.Errorf("as %s: a bare Pod is listed", tc.as)
+					}
+				}
+				if tc.as == generator.KubeAsTemplate {
+					if objs.Claim == nil || objs.Claim.Spec.TemplateRef.Name != sb.Metadata.Name || list[len(list)-1] != any(objs.Claim) {
+						t.Errorf("as template: claim %+v, want the last object, naming template %s", objs.Claim, sb.Metadata.Name)
+					}
+				} else if objs.Claim != nil || list[len(list)-1] != any(sb) {
+					t.Errorf("as sandbox: a claim %+v, or the Sandbox is not last", objs.Claim)
+				}
+			}
+		})
+	}
+}
+
+// TestKubernetesAsUnknown: an unknown carrier is an error naming the
+// choices.
+func TestKubernetesAsUnknown(t *testing.T) {
+	p, h := loadKube(t, "offline")
+	_, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{As: "deployment"})
+	if err == nil || !strings.Contains(err.Error(), `"deployment"`) || !strings.Contains(err.Error(), "sandbox") {
+		t.Errorf("as deployment: %v, want an error naming the choices", err)
 	}
 }
