@@ -1,5 +1,7 @@
 package generator
 
+import "net/netip"
+
 // The Kubernetes objects of a sandbox, as typed values: the fields a sandbox
 // sets, in the API's names. The API server's strict field validation (run
 // and the e2e dry run ask for it) checks them against the real schema.
@@ -22,7 +24,17 @@ type KubeOptions struct {
 	// As is what carries the sandbox's Pod: KubeAsPod ("" too), or one of
 	// the kinds of kubernetes-sigs/agent-sandbox.
 	As string
+	// GatewayAddress is the address of the gateway's Pod (network.mode
+	// allowlist), which the sandbox's resolver and proxy variables name:
+	// run knows it once the gateway's Pod has one. Unset (render), the
+	// objects name KubeGatewayPlaceholder in its place.
+	GatewayAddress netip.Addr
 }
+
+// KubeGatewayPlaceholder stands for the gateway Pod's address in the
+// objects render prints: 192.0.2.2, of TEST-NET-1 (RFC 5737), which is
+// never routed.
+var KubeGatewayPlaceholder = netip.MustParseAddr("192.0.2.2")
 
 // What carries the sandbox's Pod (KubeOptions.As).
 const (
@@ -52,6 +64,13 @@ type KubeObjects struct {
 	ConfigMap *KubeConfigMap
 	Policies  []KubeNetworkPolicy
 	Pod       KubePod
+	// Gateway is the allowlist's gateway Pod (network.mode allowlist),
+	// created, and running, before the sandbox's Pod: the sandbox's only
+	// way out.
+	Gateway *KubePod
+	// GatewayPlaceholder: the sandbox names the gateway by
+	// KubeGatewayPlaceholder (KubeOptions.GatewayAddress was unset).
+	GatewayPlaceholder bool
 	// Sandbox, with KubeOptions.As sandbox or template, carries the Pod
 	// in place of the bare Pod: a Sandbox, or a SandboxTemplate that
 	// Claim claims.
@@ -99,10 +118,22 @@ type KubeNetworkPolicy struct {
 // KubeNetworkPolicySpec selects the sandbox's Pod and lists what it allows:
 // nothing, for both directions, when the rules are empty.
 type KubeNetworkPolicySpec struct {
+	PodSelector KubeSelector     `yaml:"podSelector" json:"podSelector"`
+	PolicyTypes []string         `yaml:"policyTypes" json:"policyTypes"`
+	Ingress     []KubePolicyRule `yaml:"ingress" json:"ingress"`
+	Egress      []KubePolicyRule `yaml:"egress" json:"egress"`
+}
+
+// KubePolicyRule allows traffic from (ingress) or to (egress) the Pods
+// its peers select; a rule without peers allows any.
+type KubePolicyRule struct {
+	From []KubePolicyPeer `yaml:"from,omitempty" json:"from,omitempty"`
+	To   []KubePolicyPeer `yaml:"to,omitempty" json:"to,omitempty"`
+}
+
+// KubePolicyPeer selects Pods of the policy's namespace by labels.
+type KubePolicyPeer struct {
 	PodSelector KubeSelector `yaml:"podSelector" json:"podSelector"`
-	PolicyTypes []string     `yaml:"policyTypes" json:"policyTypes"`
-	Ingress     []struct{}   `yaml:"ingress" json:"ingress"`
-	Egress      []struct{}   `yaml:"egress" json:"egress"`
 }
 
 // KubeSelector selects by labels.
@@ -188,6 +219,13 @@ type KubePodSecurity struct {
 	RunAsGroup     int64              `yaml:"runAsGroup" json:"runAsGroup"`
 	RunAsNonRoot   bool               `yaml:"runAsNonRoot" json:"runAsNonRoot"`
 	SeccompProfile KubeSeccompProfile `yaml:"seccompProfile" json:"seccompProfile"`
+	Sysctls        []KubeSysctl       `yaml:"sysctls,omitempty" json:"sysctls,omitempty"`
+}
+
+// KubeSysctl is a namespaced sysctl of the Pod.
+type KubeSysctl struct {
+	Name  string `yaml:"name" json:"name"`
+	Value string `yaml:"value" json:"value"`
 }
 
 // KubeSeccompProfile names a seccomp profile.
@@ -197,7 +235,14 @@ type KubeSeccompProfile struct {
 
 // KubeDNSConfig is a Pod's resolver configuration.
 type KubeDNSConfig struct {
-	Nameservers []string `yaml:"nameservers,omitempty" json:"nameservers,omitempty"`
+	Nameservers []string        `yaml:"nameservers,omitempty" json:"nameservers,omitempty"`
+	Options     []KubeDNSOption `yaml:"options,omitempty" json:"options,omitempty"`
+}
+
+// KubeDNSOption is a resolver option.
+type KubeDNSOption struct {
+	Name  string `yaml:"name" json:"name"`
+	Value string `yaml:"value,omitempty" json:"value,omitempty"`
 }
 
 // KubeHostAlias is an /etc/hosts entry.
@@ -230,9 +275,16 @@ type KubeEnv struct {
 	ValueFrom *KubeEnvValue `yaml:"valueFrom,omitempty" json:"valueFrom,omitempty"`
 }
 
-// KubeEnvValue takes a variable's value from a key of a Secret.
+// KubeEnvValue takes a variable's value from a key of a Secret, or from a
+// field of the Pod.
 type KubeEnvValue struct {
-	SecretKeyRef KubeKeyRef `yaml:"secretKeyRef" json:"secretKeyRef"`
+	SecretKeyRef *KubeKeyRef   `yaml:"secretKeyRef,omitempty" json:"secretKeyRef,omitempty"`
+	FieldRef     *KubeFieldRef `yaml:"fieldRef,omitempty" json:"fieldRef,omitempty"`
+}
+
+// KubeFieldRef names a field of the Pod (the Downward API).
+type KubeFieldRef struct {
+	FieldPath string `yaml:"fieldPath" json:"fieldPath"`
 }
 
 // KubeKeyRef names a key of a Secret.

@@ -3,7 +3,9 @@ package generator
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
+	"net/netip"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -34,8 +36,12 @@ const (
 // as the objects that run it on a cluster. What has no equivalent there is
 // an error saying where the profile asks for it: the host's directories
 // (a cluster's node does not have them; the workspace goes in by copy),
-// published ports, the SSH agent, agent requests, and, for now, an egress
-// allowlist. The host's git configuration is not carried.
+// published ports, the SSH agent, agent requests, and, for now, the parts
+// of an egress allowlist that need the launcher's host (asking, joined
+// networks, secrets, methods, an upstream CA). The host's git
+// configuration and the user's grants are not carried. An allowlist's
+// gateway relays in user space (by SNI, Host, or its proxies), in a Pod
+// of its own that is the sandbox's only way out.
 func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObjects, error) {
 	switch ko.As {
 	case "", KubeAsPod, KubeAsSandbox, KubeAsTemplate:
@@ -46,6 +52,13 @@ func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObj
 		return nil, err
 	}
 	h.GitConfig, h.KnownHosts, h.Changeset = nil, "", nil
+	if p.Network.Mode == "allowlist" {
+		// A cluster's gateway relays in user space; its log is in a volume
+		// of its Pod; the sandbox's resolver is set in its Pod's spec.
+		h.Engine = EngineFacts{UserSpaceGateway: true}
+		h.LogDir, h.ResolvDir, h.AskDir = GatewayLogDir, "", ""
+		h.Grants, h.GrantsFile = nil, ""
+	}
 	project, err := Generate(p, h, o)
 	if err != nil {
 		return nil, err
@@ -57,6 +70,22 @@ func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObj
 	}
 	name := KubeName(project.Name)
 	k := &kubeBuild{p: p, h: h, name: name, ns: ko.Namespace, as: ko.As, svc: svc, ext: ext}
+	if ext.Gateway != nil {
+		k.gwAddr, k.gwPlaceholder = ko.GatewayAddress, !ko.GatewayAddress.IsValid()
+		if k.gwPlaceholder {
+			k.gwAddr = KubeGatewayPlaceholder
+		}
+		k.gwSvc = project.Services[GatewayService]
+		// The compose project's gateway address is its sandbox network's:
+		// the proxy variables name the gateway Pod's instead.
+		compose := GatewayAddr(ext.Gateway.Subnet).String()
+		k.svc.Environment = maps.Clone(k.svc.Environment)
+		for n, v := range k.svc.Environment {
+			if v != nil && strings.Contains(*v, "://"+compose+":") {
+				k.svc.Environment[n] = ptr(strings.ReplaceAll(*v, "://"+compose+":", "://"+k.gwAddr.String()+":"))
+			}
+		}
+	}
 	return k.objects()
 }
 
@@ -68,7 +97,21 @@ func kubeRefuse(p *profile.Profile, h Host) error {
 		errs = append(errs, &profile.Error{Pos: p.Pos(at...), Field: field, Msg: msg})
 	}
 	if p.Network.Mode == "allowlist" {
-		refuse("network.mode", []string{"network", "mode"}, "allowlist is not available on Kubernetes yet: choose none or open")
+		n := p.Network
+		for _, c := range []struct {
+			field string
+			set   bool
+		}{{"unlisted", n.Asks()}, {"join", len(n.Join) > 0}, {"methods", len(n.Methods) > 0}, {"upstream_ca", n.UpstreamCA != ""}} {
+			if c.set {
+				refuse("network."+c.field, []string{"network", c.field}, "not available on Kubernetes yet: the allowlist's gateway there relays by name alone")
+			}
+		}
+		for _, name := range ActiveSecrets(p, h) {
+			refuse("secrets."+name, []string{"secrets", name}, "a secret given to the sandbox is brokered by its gateway, which Kubernetes does not do yet: leave its source unset (or choose another engine)")
+		}
+		if Opens(p, h) && len(ActiveSecrets(p, h)) == 0 && len(n.Methods) == 0 {
+			refuse("network.allow", []string{"network", "allow"}, "a rule that limits requests needs the gateway to open TLS, which it does not on Kubernetes yet")
+		}
 	}
 	if len(p.Ports) > 0 {
 		refuse("ports", []string{"ports"}, "ports are published on the host, which a cluster's Pod is not on: remove them on Kubernetes")
@@ -118,7 +161,12 @@ type kubeBuild struct {
 	ns   string
 	as   string // KubeOptions.As
 	svc  types.ServiceConfig
-	ext  Extension
+	// The allowlist's gateway: its compose service, the address the
+	// sandbox names it by, and whether that is KubeGatewayPlaceholder.
+	gwSvc         types.ServiceConfig
+	gwAddr        netip.Addr
+	gwPlaceholder bool
+	ext           Extension
 
 	files   map[string]string // the ConfigMap's data
 	volumes []KubeVolume
@@ -165,20 +213,30 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		out.ConfigMap = &KubeConfigMap{APIVersion: "v1", Kind: "ConfigMap", Metadata: k.meta("-files", "files"), Data: k.files}
 		k.volumes = append(k.volumes, KubeVolume{Name: KubeFilesVolume, ConfigMap: &KubeConfigRef{Name: k.name + "-files", DefaultMode: 0o444}})
 	}
-	if k.p.Network.Mode == "none" {
+	switch k.p.Network.Mode {
+	case "none":
 		// Nothing in, nothing out, DNS included: the policy's empty rules.
-		out.Policies = append(out.Policies, KubeNetworkPolicy{
-			APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Metadata: k.meta("-isolate", "policy"),
-			Spec: KubeNetworkPolicySpec{
-				PodSelector: KubeSelector{MatchLabels: map[string]string{KubeLabelSandbox: k.name, KubeLabelRole: "sandbox"}},
-				PolicyTypes: []string{"Ingress", "Egress"},
-				Ingress:     []struct{}{}, Egress: []struct{}{},
-			},
-		})
+		out.Policies = append(out.Policies, k.policy("-isolate", "sandbox", []KubePolicyRule{}, []KubePolicyRule{}))
+	case "allowlist":
+		// The sandbox reaches its gateway alone (its resolver and proxies
+		// included); nothing reaches it. The gateway is reached by the
+		// sandbox alone, and reaches out.
+		out.Policies = append(out.Policies,
+			k.policy("-isolate", "sandbox", []KubePolicyRule{}, []KubePolicyRule{{To: []KubePolicyPeer{{PodSelector: k.selector("gateway")}}}}),
+			k.policy("-gateway", "gateway", []KubePolicyRule{{From: []KubePolicyPeer{{PodSelector: k.selector("sandbox")}}}}, []KubePolicyRule{{}}))
 	}
 	pod, err := k.pod(env)
 	if err != nil {
 		return nil, err
+	}
+	if k.gwSvc.Name != "" {
+		gw, err := k.gateway()
+		if err != nil {
+			return nil, err
+		}
+		out.Gateway, out.GatewayPlaceholder = &gw, k.gwPlaceholder
+		pod.Spec.DNSPolicy = "None"
+		pod.Spec.DNSConfig = &KubeDNSConfig{Nameservers: []string{k.gwAddr.String()}, Options: []KubeDNSOption{{Name: "ndots", Value: "0"}}}
 	}
 	out.Pod = pod
 	switch k.as {
@@ -192,6 +250,88 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		}
 	}
 	return out, nil
+}
+
+// selector selects the Pod of the sandbox's of role (sandbox, gateway).
+func (k *kubeBuild) selector(role string) KubeSelector {
+	return KubeSelector{MatchLabels: map[string]string{KubeLabelSandbox: k.name, KubeLabelRole: role}}
+}
+
+// policy is the NetworkPolicy name+suffix of the sandbox's Pod of role,
+// for both directions, with the rules given.
+func (k *kubeBuild) policy(suffix, role string, ingress, egress []KubePolicyRule) KubeNetworkPolicy {
+	return KubeNetworkPolicy{
+		APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Metadata: k.meta(suffix, "policy"),
+		Spec: KubeNetworkPolicySpec{
+			PodSelector: k.selector(role), PolicyTypes: []string{"Ingress", "Egress"},
+			Ingress: ingress, Egress: egress,
+		},
+	}
+}
+
+// GatewayAddressEnv is the variable of the gateway's container that holds
+// its Pod's address (the Downward API's status.podIP), which its
+// --address names.
+const GatewayAddressEnv = "PROPIO_GATEWAY_ADDRESS"
+
+// gateway is the allowlist's gateway as a Pod: the compose gateway's
+// command, listening on its Pod's address; its user; no capability, a
+// read-only root, no privilege escalation; port 53 and up bindable by
+// that user (a namespaced sysctl Kubernetes deems safe); its decision log
+// in a volume of its own; its memory limit; the sandbox's deadline.
+func (k *kubeBuild) gateway() (KubePod, error) {
+	g := k.gwSvc
+	uid, gid, err := kubeUser(g.User)
+	if err != nil {
+		return KubePod{}, err
+	}
+	var args []string
+	for i, a := range g.Command {
+		switch {
+		case i > 0 && g.Command[i-1] == "--address":
+			args = append(args, "$("+GatewayAddressEnv+")")
+		default:
+			args = append(args, kubeEscape(a))
+		}
+	}
+	env := []KubeEnv{{Name: GatewayAddressEnv, ValueFrom: &KubeEnvValue{FieldRef: &KubeFieldRef{FieldPath: "status.podIP"}}}}
+	for _, n := range slices.Sorted(maps.Keys(g.Environment)) {
+		if v := g.Environment[n]; v != nil {
+			env = append(env, KubeEnv{Name: n, Value: ptr(kubeEscape(*v))})
+		}
+	}
+	var sysctls []KubeSysctl
+	for _, n := range slices.Sorted(maps.Keys(g.Sysctls)) {
+		sysctls = append(sysctls, KubeSysctl{Name: n, Value: g.Sysctls[n]})
+	}
+	mem := strconv.FormatInt(int64(g.MemLimit), 10)
+	res := KubeResources{Limits: map[string]string{"memory": mem}, Requests: map[string]string{"memory": mem}}
+	c := KubeContainer{
+		Name: GatewayService, Image: g.Image, ImagePullPolicy: "Never",
+		Args: args, Env: env, Resources: res,
+		SecurityContext: KubeContainerSecure{
+			ReadOnlyRootFilesystem:   g.ReadOnly,
+			AllowPrivilegeEscalation: !slices.Contains(g.SecurityOpt, "no-new-privileges:true"),
+			Capabilities:             KubeCapabilites{Add: kubeCaps(g.CapAdd), Drop: kubeCaps(g.CapDrop)},
+		},
+		VolumeMounts: []KubeVolumeMount{{Name: "log", MountPath: GatewayLogDir}},
+	}
+	spec := KubePodSpec{
+		RestartPolicy:                 "Never",
+		TerminationGracePeriodSeconds: 10,
+		SecurityContext: KubePodSecurity{
+			RunAsUser: uid, RunAsGroup: gid, RunAsNonRoot: uid != 0,
+			SeccompProfile: KubeSeccompProfile{Type: "RuntimeDefault"},
+			Sysctls:        sysctls,
+		},
+		InitContainers: []KubeContainer{},
+		Containers:     []KubeContainer{c},
+		Volumes:        []KubeVolume{{Name: "log", EmptyDir: &KubeEmptyDir{}}},
+	}
+	if k.ext.Timeout > 0 {
+		spec.ActiveDeadlineSeconds = ptr(int64(math.Ceil(k.ext.Timeout.Seconds())))
+	}
+	return KubePod{APIVersion: "v1", Kind: "Pod", Metadata: k.meta("-gateway", "gateway"), Spec: spec}, nil
 }
 
 // sandbox says pod as an agent-sandbox object of kind whose pod template
@@ -230,7 +370,7 @@ func (k *kubeBuild) env() ([]KubeEnv, []string, error) {
 			return nil, nil, fmt.Errorf("environment variable %q cannot be carried in a Secret (its keys are letters, digits, '-', '_' and '.')", n)
 		}
 		passed = append(passed, n)
-		env = append(env, KubeEnv{Name: n, ValueFrom: &KubeEnvValue{SecretKeyRef: KubeKeyRef{Name: k.name + "-env", Key: n}}})
+		env = append(env, KubeEnv{Name: n, ValueFrom: &KubeEnvValue{SecretKeyRef: &KubeKeyRef{Name: k.name + "-env", Key: n}}})
 	}
 	return env, passed, nil
 }
@@ -451,6 +591,9 @@ func (o *KubeObjects) List() []any {
 	for i := range o.Policies {
 		out = append(out, &o.Policies[i])
 	}
+	if o.Gateway != nil {
+		out = append(out, o.Gateway)
+	}
 	switch {
 	case o.Claim != nil:
 		return append(out, o.Sandbox, o.Claim)
@@ -474,6 +617,9 @@ func RenderKubernetes(o *KubeObjects) ([]byte, error) {
 		}
 		if _, ok := obj.(*KubeSecret); ok {
 			n.HeadComment = "The values are the launcher's environment's, filled in by run: render never shows them."
+		}
+		if obj == any(o.Gateway) && o.GatewayPlaceholder {
+			n.HeadComment = "The sandbox names this Pod by its address, which run fills in once it has one: " + KubeGatewayPlaceholder.String() + " stands for it."
 		}
 		settleScalars(&n, false)
 		if err := enc.Encode(&n); err != nil {

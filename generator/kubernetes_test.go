@@ -2,7 +2,9 @@ package generator_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -256,7 +258,7 @@ func TestKubernetesOpen(t *testing.T) {
 // place in the profile.
 func TestKubernetesRefuses(t *testing.T) {
 	for _, tc := range []struct{ name, want string }{
-		{"strict", "network.mode: allowlist is not available on Kubernetes"},
+		{"strict", "secrets.ANTHROPIC_API_KEY: a secret given to the sandbox is brokered by its gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, h := loadKube(t, tc.name)
@@ -332,15 +334,19 @@ func TestKubernetesAgentSandbox(t *testing.T) {
 					t.Errorf("as %s: the pod template's metadata %+v, want the Pod's %+v", tc.as, tmpl.Metadata, bare.Pod.Metadata)
 				}
 				for _, pol := range objs.Policies {
+					labels := tmpl.Metadata.Labels
+					if pol.Spec.PodSelector.MatchLabels[generator.KubeLabelRole] == "gateway" {
+						labels = objs.Gateway.Metadata.Labels // the gateway is a bare Pod still
+					}
 					for k, v := range pol.Spec.PodSelector.MatchLabels {
-						if tmpl.Metadata.Labels[k] != v {
+						if labels[k] != v {
 							t.Errorf("as %s: policy %s selects %s=%s, which the pod template lacks", tc.as, pol.Metadata.Name, k, v)
 						}
 					}
 				}
 				list := objs.List()
 				for _, obj := range list {
-					if _, ok := obj.(*generator.KubePod); ok {
+					if pod, ok := obj.(*generator.KubePod); ok && pod != objs.Gateway {
 						t.Errorf("as %s: a bare Pod is listed", tc.as)
 					}
 				}
@@ -363,5 +369,74 @@ func TestKubernetesAsUnknown(t *testing.T) {
 	_, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{As: "deployment"})
 	if err == nil || !strings.Contains(err.Error(), `"deployment"`) || !strings.Contains(err.Error(), "sandbox") {
 		t.Errorf("as deployment: %v, want an error naming the choices", err)
+	}
+}
+
+// TestKubernetesAllowlist: the allowlist's gateway is a Pod of its own
+// listening on its Pod's address; the sandbox's resolver and proxy
+// variables name the address run gives (the placeholder without one),
+// never the compose project's; the sandbox may reach its gateway alone,
+// and the gateway is reached by the sandbox alone.
+func TestKubernetesAllowlist(t *testing.T) {
+	p, err := profile.Locations{}.LoadFile("testdata/allowlist/profile.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	addr := netip.MustParseAddr("10.244.0.99")
+	for _, tc := range []struct {
+		given netip.Addr
+		want  string
+	}{{addr, "10.244.0.99"}, {netip.Addr{}, generator.KubeGatewayPlaceholder.String()}} {
+		objs, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{GatewayAddress: tc.given})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if objs.Gateway == nil || objs.GatewayPlaceholder != !tc.given.IsValid() {
+			t.Fatalf("gateway %+v, placeholder %v", objs.Gateway, objs.GatewayPlaceholder)
+		}
+		raw, err := json.Marshal(objs.List())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, []byte("198.1")) {
+			t.Errorf("the objects name the compose project's gateway address: %s", raw)
+		}
+		spec := objs.Pod.Spec
+		if spec.DNSPolicy != "None" || spec.DNSConfig == nil || !slices.Equal(spec.DNSConfig.Nameservers, []string{tc.want}) {
+			t.Errorf("sandbox resolver %q %+v, want None and %s", spec.DNSPolicy, spec.DNSConfig, tc.want)
+		}
+		proxies := 0
+		for _, e := range spec.Containers[0].Env {
+			if strings.HasSuffix(strings.ToUpper(e.Name), "_PROXY") && e.Name != "NO_PROXY" && e.Name != "no_proxy" {
+				proxies++
+				if e.Value == nil || !strings.Contains(*e.Value, "://"+tc.want+":") {
+					t.Errorf("%s=%v, want the gateway at %s", e.Name, e.Value, tc.want)
+				}
+			}
+		}
+		if proxies != 6 {
+			t.Errorf("%d proxy variables, want 6", proxies)
+		}
+		gw := objs.Gateway.Spec
+		args := strings.Join(gw.Containers[0].Args, " ")
+		if !strings.Contains(args, "--address $(PROPIO_GATEWAY_ADDRESS) ") || gw.Containers[0].Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+			t.Errorf("gateway args %q, env %+v: want it on its Pod's address", args, gw.Containers[0].Env)
+		}
+		sec := gw.Containers[0].SecurityContext
+		if !sec.ReadOnlyRootFilesystem || sec.AllowPrivilegeEscalation || !slices.Equal(sec.Capabilities.Drop, []string{"ALL"}) || len(sec.Capabilities.Add) != 0 || gw.AutomountServiceAccountToken {
+			t.Errorf("gateway security %+v, token %v", sec, gw.AutomountServiceAccountToken)
+		}
+		roles := map[string]generator.KubeNetworkPolicySpec{}
+		for _, pol := range objs.Policies {
+			roles[pol.Spec.PodSelector.MatchLabels[generator.KubeLabelRole]] = pol.Spec
+		}
+		sb, g := roles["sandbox"], roles["gateway"]
+		if len(sb.Ingress) != 0 || len(sb.Egress) != 1 || len(sb.Egress[0].To) != 1 || sb.Egress[0].To[0].PodSelector.MatchLabels[generator.KubeLabelRole] != "gateway" {
+			t.Errorf("sandbox policy %+v, want no ingress and egress to the gateway alone", sb)
+		}
+		if len(g.Ingress) != 1 || len(g.Ingress[0].From) != 1 || g.Ingress[0].From[0].PodSelector.MatchLabels[generator.KubeLabelRole] != "sandbox" {
+			t.Errorf("gateway policy %+v, want ingress from the sandbox alone", g)
+		}
 	}
 }

@@ -140,9 +140,10 @@ func (k *Cluster) Create(ctx context.Context, objs *generator.KubeObjects, env f
 func optionalSecretKeys(env []generator.KubeEnv) []generator.KubeEnv {
 	out := slices.Clone(env)
 	for i := range out {
-		if out[i].ValueFrom != nil {
-			v := *out[i].ValueFrom
-			v.SecretKeyRef.Optional = true
+		if out[i].ValueFrom != nil && out[i].ValueFrom.SecretKeyRef != nil {
+			v, ref := *out[i].ValueFrom, *out[i].ValueFrom.SecretKeyRef
+			ref.Optional = true
+			v.SecretKeyRef = &ref
 			out[i].ValueFrom = &v
 		}
 	}

@@ -96,6 +96,10 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 		return 0, fmt.Errorf("--build: %w (build the image and load it into the cluster's nodes)", ErrClusterUnsupported)
 	case l.Resume != "":
 		return 0, fmt.Errorf("--resume: %w", ErrClusterUnsupported)
+	case l.Profile.Network.Mode == "allowlist":
+		// render --target kubernetes shows its gateway Pod; run does not
+		// make it yet.
+		return 0, fmt.Errorf("network.mode allowlist: %w (render --target kubernetes shows its objects)", ErrClusterUnsupported)
 	}
 	if err := preflight.Run(ctx, hostChecks(l.Env, l.Profile, l.Ref)); err != nil {
 		return 0, err
