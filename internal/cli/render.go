@@ -132,6 +132,9 @@ func (a *app) renderTarget(ctx context.Context, e env, p *profile.Profile, comma
 // for p here.
 func (a *app) renderKubernetes(e env, p *profile.Profile, command []string, kr kubeRender) (*generator.KubeObjects, error) {
 	o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
+	if p.Network.Mode == "allowlist" {
+		a.gatewayImage(e, &o)
+	}
 	plan, err := sandbox.NewPlan(e.sandbox(), p)
 	if err != nil {
 		return nil, hintError(err, p, a.profile)
@@ -163,6 +166,14 @@ func (a *app) serverDryRun(ctx context.Context, p *profile.Profile, objs *genera
 	return err
 }
 
+// gatewayImage names in o the gateway's image run would use (this
+// executable's), or warns and leaves the default.
+func (a *app) gatewayImage(e env, o *generator.Options) {
+	if err := sandbox.GatewayOptions(o, e.dirs); err != nil {
+		fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
+	}
+}
+
 // commandAfterDash returns the arguments after --, and refuses any before it.
 func commandAfterDash(cmd *cobra.Command, args []string) ([]string, error) {
 	dash := cmd.ArgsLenAtDash()
@@ -191,9 +202,7 @@ func missingRequired(p *profile.Profile) []string {
 func (a *app) renderProject(e env, p *profile.Profile, command []string) (*types.Project, error) {
 	o := generator.Options{Project: generator.ProjectName(e.workspace, ""), Command: command}
 	if p.Network.Mode == "allowlist" {
-		if err := sandbox.GatewayOptions(&o, e.dirs); err != nil {
-			fmt.Fprintf(a.stderr, "%s: warning: %v; showing the gateway image as %s\n", name, err, generator.DefaultGatewayImage)
-		}
+		a.gatewayImage(e, &o)
 	}
 	plan, err := sandbox.NewPlan(e.sandbox(), p)
 	if err != nil {
