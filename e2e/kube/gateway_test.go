@@ -1,0 +1,186 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/kubeapi"
+	"github.com/propio/propio-sandbox/internal/testenv"
+)
+
+// removePod deletes a test's Pod at once when the test ends.
+func removePod(t *testing.T, c *kubeapi.Client, ns, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		q := url.Values{"gracePeriodSeconds": {"0"}}
+		if _, err := c.Do(ctx, http.MethodDelete, "/api/v1/namespaces/"+ns+"/pods/"+name, q, nil); err != nil && !kubeapi.IsNotFound(err) {
+			t.Errorf("removing pod %s: %v", name, err)
+		}
+	})
+}
+
+// runningIP waits (bounded) until the Pod runs and has an address.
+func runningIP(t *testing.T, c *kubeapi.Client, ns, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		raw, err := c.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/"+name, nil, nil)
+		var pod struct {
+			Status struct {
+				Phase string `json:"phase"`
+				PodIP string `json:"podIP"`
+			} `json:"status"`
+		}
+		if err == nil && json.Unmarshal(raw, &pod) == nil && pod.Status.Phase == "Running" && pod.Status.PodIP != "" {
+			return pod.Status.PodIP
+		}
+		if ctx.Err() != nil || pod.Status.Phase == "Failed" || pod.Status.Phase == "Succeeded" {
+			t.Fatalf("pod %s does not run with an address: %v %s", name, err, raw)
+		}
+		time.Sleep(300 * time.Millisecond) // the kubelet's progress, not an event here
+	}
+}
+
+// TestKubeRenderedGateway creates the objects render prints for an
+// allowlist (the address of the gateway's Pod put where render shows
+// its placeholder, as run is to do) and attacks from inside the sandbox.
+// The test's internet is a server Pod of its own, which the gateway
+// alone knows by the names allowed.test and denied.test (host aliases
+// the test gives the gateway's Pod). Through the proxy, and by name
+// without it (the gateway's resolver, its user-space relay), the
+// sandbox reaches allowed.test:8080; denied.test is refused by the
+// gateway; the server's own address, the API server's Service, the
+// cluster's DNS Service and its names are out of reach (the
+// NetworkPolicy: the sandbox reaches its gateway alone).
+func TestKubeRenderedGateway(t *testing.T) {
+	c, _ := testenv.Kube(t)
+	launcher := testenv.Launcher(t)
+	loadImage(t, agentImage)
+	gwImage := testenv.GatewayImage(t, launcher)
+	loadImage(t, gwImage)
+	ns := namespace(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	server := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"internet","labels":{"propio-test":"internet"}},
+"spec":{"automountServiceAccountToken":false,"restartPolicy":"Never","securityContext":{"runAsUser":65534,"runAsGroup":65534},
+"containers":[{"name":"http","image":%q,"imagePullPolicy":"Never","command":["python3","-m","http.server","8080","--directory","/etc"]}]}}`, agentImage)
+	if _, err := c.Create(ctx, ns, []byte(server), kubeapi.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removePod(t, c, ns, "internet")
+	serverIP := runningIP(t, c, ns, "internet")
+
+	ws := workspace(t)
+	prof := filepath.Join(t.TempDir(), "allow.yaml")
+	if err := os.WriteFile(prof, []byte("version: 1\nextends: offline\nnetwork: {mode: allowlist, allow: [\"allowed.test:8080\"], deny: [denied.test]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	attack := `curl -s -m 10 http://allowed.test:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
+curl -s -m 10 --noproxy '*' http://allowed.test:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
+curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://denied.test:8080/
+timeout 5 bash -c 'exec 3<>/dev/tcp/` + serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
+timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' 2>/dev/null && echo api-open || echo api-denied
+timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.10/53' 2>/dev/null && echo dns-open || echo dns-denied
+timeout 10 getent hosts kubernetes.default.svc.cluster.local >/dev/null && echo name-open || echo name-denied
+exit 7`
+	cmd := exec.Command(launcher, "render", "--target", "kubernetes", "-p", prof, "-n", ns, "--", "bash", "-c", attack)
+	cmd.Dir = ws
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("render: %v\n%s", err, stderr.String())
+	}
+	placeholder := []byte(generator.KubeGatewayPlaceholder.String())
+	var sandboxDoc []byte
+	var pod, gateway string
+	for _, doc := range documents(t, out) {
+		var head kubeapi.Object
+		if err := json.Unmarshal(doc, &head); err != nil {
+			t.Fatal(err)
+		}
+		if head.Kind == "Pod" && strings.HasSuffix(head.Metadata.Name, "-gateway") {
+			gateway = head.Metadata.Name
+			var obj map[string]any
+			if err := json.Unmarshal(doc, &obj); err != nil {
+				t.Fatal(err)
+			}
+			spec := obj["spec"].(map[string]any)
+			if img := spec["containers"].([]any)[0].(map[string]any)["image"]; img != gwImage {
+				t.Errorf("the gateway's image is %v, want the launcher's %s", img, gwImage)
+			}
+			// The test's internet, by name, for the gateway alone.
+			spec["hostAliases"] = []any{map[string]any{"ip": serverIP, "hostnames": []string{"allowed.test", "denied.test"}}}
+			if doc, err = json.Marshal(obj); err != nil {
+				t.Fatal(err)
+			}
+			removePod(t, c, ns, gateway)
+		}
+		if head.Kind == "Pod" && head.Metadata.Name != gateway {
+			pod, sandboxDoc = head.Metadata.Name, doc // created once the gateway has an address
+			continue
+		}
+		if _, err := c.Create(ctx, "", doc, kubeapi.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gateway == "" || pod == "" || !bytes.Contains(sandboxDoc, placeholder) {
+		t.Fatalf("render gave gateway %q and sandbox %q (naming the placeholder: %v)", gateway, pod, bytes.Contains(sandboxDoc, placeholder))
+	}
+	gwIP := runningIP(t, c, ns, gateway)
+	gatewayLog := func() string {
+		logs, err := c.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/"+gateway+"/log", url.Values{"container": {"gateway"}}, nil)
+		if err != nil {
+			return err.Error()
+		}
+		return string(logs)
+	}
+	// What run is to do: the gateway Pod's address in place of the placeholder.
+	sandboxDoc = bytes.ReplaceAll(sandboxDoc, placeholder, []byte(gwIP))
+	if _, err := c.Create(ctx, "", sandboxDoc, kubeapi.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removePod(t, c, ns, pod)
+	waitPod(t, c, ns, pod, 2*time.Minute, func(s podState) bool {
+		return len(s.Status.InitContainerStatuses) == 1 && s.Status.InitContainerStatuses[0].State.Running != nil
+	})
+	if err := c.Attach(ctx, ns, pod, kubeapi.StreamOptions{Container: "workspace-copy", Stdin: true, Stdout: true, Stderr: true},
+		bytes.NewReader(workspaceTar(t, ws)), io.Discard, os.Stderr); err != nil {
+		t.Fatalf("copying the workspace in: %v", err)
+	}
+	final := waitPod(t, c, ns, pod, 3*time.Minute, func(s podState) bool {
+		return s.Status.Phase == "Succeeded" || s.Status.Phase == "Failed"
+	})
+	if term := final.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 7 {
+		t.Errorf("the sandbox's exit: %+v, want code 7", term)
+	}
+	logs, err := c.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/"+pod+"/log", url.Values{"container": {"sandbox"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(logs)
+	t.Logf("the sandbox said:\n%s", got)
+	for _, want := range []string{"proxy-reached", "byname-reached", "denied:403", "server-denied", "api-denied", "dns-denied", "name-denied"} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the sandbox did not say %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the gateway said:\n%s", gatewayLog())
+	}
+}
