@@ -71,6 +71,8 @@ type KubeObjects struct {
 	// GatewayPlaceholder: the sandbox names the gateway by
 	// KubeGatewayPlaceholder (KubeOptions.GatewayAddress was unset).
 	GatewayPlaceholder bool
+	// GatewayAddress is the address the sandbox names the gateway by.
+	GatewayAddress netip.Addr
 	// Sandbox, with KubeOptions.As sandbox or template, carries the Pod
 	// in place of the bare Pod: a Sandbox, or a SandboxTemplate that
 	// Claim claims.

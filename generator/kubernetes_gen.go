@@ -234,7 +234,7 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Gateway, out.GatewayPlaceholder = &gw, k.gwPlaceholder
+		out.Gateway, out.GatewayPlaceholder, out.GatewayAddress = &gw, k.gwPlaceholder, k.gwAddr
 		pod.Spec.DNSPolicy = "None"
 		pod.Spec.DNSConfig = &KubeDNSConfig{Nameservers: []string{k.gwAddr.String()}, Options: []KubeDNSOption{{Name: "ndots", Value: "0"}}}
 	}
@@ -250,6 +250,34 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		}
 	}
 	return out, nil
+}
+
+// SetGatewayAddress makes the sandbox's Pod name addr as its gateway's
+// address (its resolver, its proxy variables) in place of the one it
+// names (KubeGatewayPlaceholder, in render's objects): run knows it once
+// the gateway's Pod has one. The Pod's slices are copied, not changed.
+func (o *KubeObjects) SetGatewayAddress(addr netip.Addr) {
+	if o.Gateway == nil || !o.GatewayAddress.IsValid() {
+		return
+	}
+	old, repl := "://"+o.GatewayAddress.String()+":", "://"+addr.String()+":"
+	spec := &o.Pod.Spec
+	spec.Containers = slices.Clone(spec.Containers)
+	for ci := range spec.Containers {
+		env := slices.Clone(spec.Containers[ci].Env)
+		for i, e := range env {
+			if e.Value != nil && strings.Contains(*e.Value, old) {
+				env[i].Value = ptr(strings.ReplaceAll(*e.Value, old, repl))
+			}
+		}
+		spec.Containers[ci].Env = env
+	}
+	if spec.DNSConfig != nil {
+		dns := *spec.DNSConfig
+		dns.Nameservers = []string{addr.String()}
+		spec.DNSConfig = &dns
+	}
+	o.GatewayAddress, o.GatewayPlaceholder = addr, false
 }
 
 // selector selects the Pod of the sandbox's of role (sandbox, gateway).

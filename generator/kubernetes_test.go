@@ -387,12 +387,25 @@ func TestKubernetesAllowlist(t *testing.T) {
 	for _, tc := range []struct {
 		given netip.Addr
 		want  string
-	}{{addr, "10.244.0.99"}, {netip.Addr{}, generator.KubeGatewayPlaceholder.String()}} {
+		set   bool // SetGatewayAddress(addr) on the render's objects
+	}{{addr, "10.244.0.99", false}, {netip.Addr{}, generator.KubeGatewayPlaceholder.String(), false}, {netip.Addr{}, "10.244.0.99", true}} {
 		objs, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{GatewayAddress: tc.given})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if objs.Gateway == nil || objs.GatewayPlaceholder != !tc.given.IsValid() {
+		if tc.set {
+			before, err := json.Marshal(objs.Pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copied := *objs
+			copied.SetGatewayAddress(addr)
+			if after, _ := json.Marshal(objs.Pod); !bytes.Equal(before, after) {
+				t.Errorf("SetGatewayAddress changed the objects it was copied from")
+			}
+			objs = &copied
+		}
+		if objs.Gateway == nil || objs.GatewayPlaceholder != (!tc.given.IsValid() && !tc.set) || objs.GatewayAddress.String() != tc.want {
 			t.Fatalf("gateway %+v, placeholder %v", objs.Gateway, objs.GatewayPlaceholder)
 		}
 		raw, err := json.Marshal(objs.List())

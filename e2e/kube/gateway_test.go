@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/kube"
 	"github.com/propio/propio-sandbox/internal/kubeapi"
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
@@ -55,6 +56,61 @@ func runningIP(t *testing.T, c *kubeapi.Client, ns, name string) string {
 	}
 }
 
+// internet starts the test's internet: a server Pod in namespace ns
+// (python's http.server on 8080, listing /etc), and returns its address.
+func internet(t *testing.T, c *kubeapi.Client, ns string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	server := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"internet","labels":{"propio-test":"internet"}},
+"spec":{"automountServiceAccountToken":false,"restartPolicy":"Never","securityContext":{"runAsUser":65534,"runAsGroup":65534},
+"containers":[{"name":"http","image":%q,"imagePullPolicy":"Never","command":["python3","-m","http.server","8080","--directory","/etc"]}]}}`, agentImage)
+	if _, err := c.Create(ctx, ns, []byte(server), kubeapi.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	removePod(t, c, ns, "internet")
+	return runningIP(t, c, ns, "internet")
+}
+
+// allowProfile writes the allowlist profile of the gateway tests.
+func allowProfile(t *testing.T) string {
+	t.Helper()
+	prof := filepath.Join(t.TempDir(), "allow.yaml")
+	if err := os.WriteFile(prof, []byte("version: 1\nextends: offline\nnetwork: {mode: allowlist, allow: [\"allowed.test:8080\"], deny: [denied.test]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return prof
+}
+
+// internetAliases are the test's internet's names, which the gateway's Pod
+// alone is given.
+func internetAliases(serverIP string) []generator.KubeHostAlias {
+	return []generator.KubeHostAlias{{IP: serverIP, Hostnames: []string{"allowed.test", "denied.test"}}}
+}
+
+// gatewayAttack is what the sandbox tries behind its gateway, the server
+// of the test's internet at serverIP; it exits 7.
+func gatewayAttack(serverIP string) string {
+	return `curl -s -m 10 http://allowed.test:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
+curl -s -m 10 --noproxy '*' http://allowed.test:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
+curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://denied.test:8080/
+timeout 5 bash -c 'exec 3<>/dev/tcp/` + serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
+timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' 2>/dev/null && echo api-open || echo api-denied
+timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.10/53' 2>/dev/null && echo dns-open || echo dns-denied
+timeout 10 getent hosts kubernetes.default.svc.cluster.local >/dev/null && echo name-open || echo name-denied
+exit 7`
+}
+
+// checkGatewayAttack checks what the sandbox said of gatewayAttack.
+func checkGatewayAttack(t *testing.T, got string) {
+	t.Helper()
+	for _, want := range []string{"proxy-reached", "byname-reached", "denied:403", "server-denied", "api-denied", "dns-denied", "name-denied"} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the sandbox did not say %q", want)
+		}
+	}
+}
+
 // TestKubeRenderedGateway creates the objects render prints for an
 // allowlist (the address of the gateway's Pod put where render shows
 // its placeholder, as run is to do) and attacks from inside the sandbox.
@@ -76,28 +132,11 @@ func TestKubeRenderedGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	server := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"internet","labels":{"propio-test":"internet"}},
-"spec":{"automountServiceAccountToken":false,"restartPolicy":"Never","securityContext":{"runAsUser":65534,"runAsGroup":65534},
-"containers":[{"name":"http","image":%q,"imagePullPolicy":"Never","command":["python3","-m","http.server","8080","--directory","/etc"]}]}}`, agentImage)
-	if _, err := c.Create(ctx, ns, []byte(server), kubeapi.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	removePod(t, c, ns, "internet")
-	serverIP := runningIP(t, c, ns, "internet")
+	serverIP := internet(t, c, ns)
 
 	ws := workspace(t)
-	prof := filepath.Join(t.TempDir(), "allow.yaml")
-	if err := os.WriteFile(prof, []byte("version: 1\nextends: offline\nnetwork: {mode: allowlist, allow: [\"allowed.test:8080\"], deny: [denied.test]}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	attack := `curl -s -m 10 http://allowed.test:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
-curl -s -m 10 --noproxy '*' http://allowed.test:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
-curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://denied.test:8080/
-timeout 5 bash -c 'exec 3<>/dev/tcp/` + serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
-timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' 2>/dev/null && echo api-open || echo api-denied
-timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.10/53' 2>/dev/null && echo dns-open || echo dns-denied
-timeout 10 getent hosts kubernetes.default.svc.cluster.local >/dev/null && echo name-open || echo name-denied
-exit 7`
+	prof := allowProfile(t)
+	attack := gatewayAttack(serverIP)
 	cmd := exec.Command(launcher, "render", "--target", "kubernetes", "-p", prof, "-n", ns, "--", "bash", "-c", attack)
 	cmd.Dir = ws
 	var stderr bytes.Buffer
@@ -125,7 +164,7 @@ exit 7`
 				t.Errorf("the gateway's image is %v, want the launcher's %s", img, gwImage)
 			}
 			// The test's internet, by name, for the gateway alone.
-			spec["hostAliases"] = []any{map[string]any{"ip": serverIP, "hostnames": []string{"allowed.test", "denied.test"}}}
+			spec["hostAliases"] = internetAliases(serverIP)
 			if doc, err = json.Marshal(obj); err != nil {
 				t.Fatal(err)
 			}
@@ -175,12 +214,57 @@ exit 7`
 	}
 	got := string(logs)
 	t.Logf("the sandbox said:\n%s", got)
-	for _, want := range []string{"proxy-reached", "byname-reached", "denied:403", "server-denied", "api-denied", "dns-denied", "name-denied"} {
-		if !strings.Contains(got, want+"\n") {
-			t.Errorf("the sandbox did not say %q", want)
-		}
-	}
+	checkGatewayAttack(t, got)
 	if t.Failed() {
 		t.Logf("the gateway said:\n%s", gatewayLog())
 	}
+}
+
+// TestKubeRunAllowlist runs an allowlist's sandbox with kube.Run: its
+// gateway's Pod first, the sandbox's naming the gateway's address once it
+// has one, the policy's hold probed before the command starts. The same
+// attacks as TestKubeRenderedGateway's hold, the exit code comes back,
+// and nothing is left, the gateway's Pod included.
+func TestKubeRunAllowlist(t *testing.T) {
+	c, _ := testenv.Kube(t)
+	launcher := testenv.Launcher(t)
+	loadImage(t, agentImage)
+	gwImage := testenv.GatewayImage(t, launcher)
+	loadImage(t, gwImage)
+	ns := namespace(t, c)
+	cl := kube.New(c, ns)
+	serverIP := internet(t, c, ns)
+
+	dir := filepath.Join(t.TempDir(), "kubeallow")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	objs := runObjects(t, allowProfile(t), dir, "bash", "-c", gatewayAttack(serverIP))
+	if objs.Gateway == nil || !objs.GatewayPlaceholder {
+		t.Fatalf("no gateway, or one named by its address already: %+v", objs.Gateway)
+	}
+	objs.Gateway.Spec.Containers[0].Image = gwImage
+	objs.Gateway.Spec.HostAliases = internetAliases(serverIP)
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var first time.Duration
+	code, err := cl.Run(ctx, kube.RunSpec{
+		Objects:   objs,
+		Env:       func(string) (string, bool) { return "", false },
+		Workspace: bytes.NewReader(workspaceTar(t, dir)),
+		Streams:   kube.Streams{Out: &out},
+		Started:   func() { first = time.Since(start) },
+		Warn:      func(w string) { t.Errorf("run warned: %s", w) },
+	})
+	if err != nil {
+		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
+	}
+	t.Logf("from Run to the sandbox running (its gateway first): %v; the sandbox said:\n%s", first, out.String())
+	if code != 7 {
+		t.Errorf("exit code %d, want 7", code)
+	}
+	checkGatewayAttack(t, out.String())
+	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
 }
