@@ -230,10 +230,7 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		return nil, err
 	}
 	if k.gwSvc.Name != "" {
-		gw, err := k.gateway()
-		if err != nil {
-			return nil, err
-		}
+		gw := k.gateway()
 		out.Gateway, out.GatewayPlaceholder, out.GatewayAddress = &gw, k.gwPlaceholder, k.gwAddr
 		pod.Spec.DNSPolicy = "None"
 		pod.Spec.DNSConfig = &KubeDNSConfig{Nameservers: []string{k.gwAddr.String()}, Options: []KubeDNSOption{{Name: "ndots", Value: "0"}}}
@@ -303,16 +300,16 @@ func (k *kubeBuild) policy(suffix, role string, ingress, egress []KubePolicyRule
 const GatewayAddressEnv = "PROPIO_GATEWAY_ADDRESS"
 
 // gateway is the allowlist's gateway as a Pod: the compose gateway's
-// command, listening on its Pod's address; its user; no capability, a
+// command, listening on its Pod's address; as nobody; no capability, a
 // read-only root, no privilege escalation; port 53 and up bindable by
 // that user (a namespaced sysctl Kubernetes deems safe); its decision log
 // in a volume of its own; its memory limit; the sandbox's deadline.
-func (k *kubeBuild) gateway() (KubePod, error) {
+func (k *kubeBuild) gateway() KubePod {
 	g := k.gwSvc
-	uid, gid, err := kubeUser(g.User)
-	if err != nil {
-		return KubePod{}, err
-	}
+	// On an engine the gateway is the host's user, whose its log is; here
+	// its log is in its Pod, and it runs as nobody, whoever runs the
+	// launcher (root, in CI).
+	const uid, gid = 65534, 65534
 	var args []string
 	for i, a := range g.Command {
 		switch {
@@ -359,7 +356,7 @@ func (k *kubeBuild) gateway() (KubePod, error) {
 	if k.ext.Timeout > 0 {
 		spec.ActiveDeadlineSeconds = ptr(int64(math.Ceil(k.ext.Timeout.Seconds())))
 	}
-	return KubePod{APIVersion: "v1", Kind: "Pod", Metadata: k.meta("-gateway", "gateway"), Spec: spec}, nil
+	return KubePod{APIVersion: "v1", Kind: "Pod", Metadata: k.meta("-gateway", "gateway"), Spec: spec}
 }
 
 // sandbox says pod as an agent-sandbox object of kind whose pod template

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -267,4 +268,63 @@ func TestKubeRunAllowlist(t *testing.T) {
 	}
 	checkGatewayAttack(t, out.String())
 	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
+}
+
+// TestKubeLaunchAllowlist runs `propio-sandbox run --engine kubernetes`
+// with an allowlist: the launcher makes the gateway's Pod (its own image,
+// loaded into the node) and the sandbox's behind it. The test's internet
+// is its server Pod behind a Service of the test's namespace, which the
+// gateway resolves by the cluster's DNS (a name of the test cluster's
+// own). From inside: the allowed name answers through the proxy and by
+// name, the API server's name is denied by a deny rule, the server's
+// address and the API server's Service are out of reach; exit 7, nothing
+// left.
+func TestKubeLaunchAllowlist(t *testing.T) {
+	c, kubeconfig := testenv.Kube(t)
+	launcher := testenv.Launcher(t)
+	loadImage(t, agentImage)
+	loadImage(t, testenv.GatewayImage(t, launcher))
+	ns := namespace(t, c)
+	serverIP := internet(t, c, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	svc := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"internet"},"spec":{"selector":{"propio-test":"internet"},"ports":[{"port":8080,"targetPort":8080}]}}`
+	if _, err := c.Create(ctx, ns, []byte(svc), kubeapi.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	allowed := "internet." + ns + ".svc.cluster.local"
+	prof := smallProfile(t, "offline", fmt.Sprintf("network: {mode: allowlist, allow: [%q], deny: [kubernetes.default.svc.cluster.local]}\n", allowed+":8080"))
+	ws := kubeWorkspace(t, "kubeallow")
+	attack := `curl -s -m 10 http://` + allowed + `:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
+curl -s -m 10 --noproxy '*' http://` + allowed + `:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
+curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://kubernetes.default.svc.cluster.local:443/
+timeout 5 bash -c 'exec 3<>/dev/tcp/` + serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
+timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' 2>/dev/null && echo api-open || echo api-denied
+exit 7`
+	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", prof, "--", "bash", "-c", attack)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("run did not end within 3 minutes\nstderr:\n%s", stderr.String())
+	}
+	t.Logf("the sandbox said:\n%s", stdout.String())
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 7 {
+		t.Fatalf("run: %v, want exit status 7\nstderr:\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"proxy-reached", "byname-reached", "denied:403", "server-denied", "api-denied"} {
+		if !strings.Contains(stdout.String(), want+"\n") {
+			t.Errorf("the sandbox did not say %q\nstderr:\n%s", want, stderr.String())
+		}
+	}
+	waitSelectedGone(t, c, ns, managed, 30*time.Second)
 }

@@ -96,10 +96,6 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 		return 0, fmt.Errorf("--build: %w (build the image and load it into the cluster's nodes)", ErrClusterUnsupported)
 	case l.Resume != "":
 		return 0, fmt.Errorf("--resume: %w", ErrClusterUnsupported)
-	case l.Profile.Network.Mode == "allowlist":
-		// render --target kubernetes shows its gateway Pod; run does not
-		// make it yet.
-		return 0, fmt.Errorf("network.mode allowlist: %w (render --target kubernetes shows its objects)", ErrClusterUnsupported)
 	}
 	if err := preflight.Run(ctx, hostChecks(l.Env, l.Profile, l.Ref)); err != nil {
 		return 0, err
@@ -115,7 +111,15 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	objs, err := plan.Kubernetes(generator.Options{Project: name, Command: l.Command}, generator.KubeOptions{})
+	o := generator.Options{Project: name, Command: l.Command}
+	if l.Profile.Network.Mode == "allowlist" {
+		// The gateway's image is this executable's, as on an engine; the
+		// nodes must have it (preflight says so when none does).
+		if err := GatewayOptions(&o, l.Env.Dirs); err != nil {
+			return 0, err
+		}
+	}
+	objs, err := plan.Kubernetes(o, generator.KubeOptions{})
 	if err != nil {
 		return 0, err
 	}
