@@ -3,13 +3,11 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
@@ -25,21 +23,7 @@ func TestGatewayPrivileges(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("reads the gateway's process status in /proc of the engine's host: needs root")
 	}
-	tag, err := gatewayimage.Tag(launcher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := docker("image", "inspect", tag); err != nil {
-		ctx, err := gatewayimage.Context(launcher)
-		if err != nil {
-			t.Fatal(err)
-		}
-		build := exec.Command("docker", "build", "-q", "-t", tag, "-")
-		build.Stdin = ctx
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building the gateway image: %v\n%s", err, out)
-		}
-	}
+	tag := testenv.GatewayImage(t, launcher)
 	subnet, network := "", "propio-e2e-gwpriv-"+strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	for i := range 20 { // a /24 no other network of the engine has
 		subnet = fmt.Sprintf("198.19.%d.0/24", 200+(int(time.Now().UnixNano())+i)%50)

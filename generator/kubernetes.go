@@ -1,5 +1,7 @@
 package generator
 
+import "net/netip"
+
 // The Kubernetes objects of a sandbox, as typed values: the fields a sandbox
 // sets, in the API's names. The API server's strict field validation (run
 // and the e2e dry run ask for it) checks them against the real schema.
@@ -19,7 +21,40 @@ type KubeOptions struct {
 	// Namespace the objects are put in; "" leaves it to the client's
 	// context.
 	Namespace string
+	// As is what carries the sandbox's Pod: KubeAsPod ("" too), or one of
+	// the kinds of kubernetes-sigs/agent-sandbox.
+	As string
+	// GatewayAddress is the address of the gateway's Pod (network.mode
+	// allowlist), which the sandbox's resolver and proxy variables name:
+	// run knows it once the gateway's Pod has one. Unset (render), the
+	// objects name KubeGatewayPlaceholder in its place.
+	GatewayAddress netip.Addr
 }
+
+// KubeGatewayPlaceholder stands for the gateway Pod's address in the
+// objects render prints: 192.0.2.2, of TEST-NET-1 (RFC 5737), which is
+// never routed.
+var KubeGatewayPlaceholder = netip.MustParseAddr("192.0.2.2")
+
+// What carries the sandbox's Pod (KubeOptions.As).
+const (
+	// KubeAsPod: a bare Pod, what run creates.
+	KubeAsPod = "pod"
+	// KubeAsSandbox: an agent-sandbox Sandbox whose pod template is the
+	// Pod's metadata and spec.
+	KubeAsSandbox = "sandbox"
+	// KubeAsTemplate: an agent-sandbox SandboxTemplate with that pod
+	// template, and a SandboxClaim of it.
+	KubeAsTemplate = "template"
+)
+
+// The API versions of kubernetes-sigs/agent-sandbox's kinds (v0.1.0):
+// Sandbox in the core group, SandboxTemplate and SandboxClaim in the
+// extensions group.
+const (
+	AgentSandboxAPI           = "agents.x-k8s.io/v1alpha1"
+	AgentSandboxExtensionsAPI = "extensions.agents.x-k8s.io/v1alpha1"
+)
 
 // KubeObjects are the objects that run a sandbox on a cluster, in the order
 // they are created: what carries the environment and the files, the
@@ -29,6 +64,20 @@ type KubeObjects struct {
 	ConfigMap *KubeConfigMap
 	Policies  []KubeNetworkPolicy
 	Pod       KubePod
+	// Gateway is the allowlist's gateway Pod (network.mode allowlist),
+	// created, and running, before the sandbox's Pod: the sandbox's only
+	// way out.
+	Gateway *KubePod
+	// GatewayPlaceholder: the sandbox names the gateway by
+	// KubeGatewayPlaceholder (KubeOptions.GatewayAddress was unset).
+	GatewayPlaceholder bool
+	// GatewayAddress is the address the sandbox names the gateway by.
+	GatewayAddress netip.Addr
+	// Sandbox, with KubeOptions.As sandbox or template, carries the Pod
+	// in place of the bare Pod: a Sandbox, or a SandboxTemplate that
+	// Claim claims.
+	Sandbox *KubeSandbox
+	Claim   *KubeSandboxClaim
 	// EnvPassed are the host variables the Secret carries, by name: run
 	// reads their values from the launcher's environment; render never
 	// shows them.
@@ -71,10 +120,22 @@ type KubeNetworkPolicy struct {
 // KubeNetworkPolicySpec selects the sandbox's Pod and lists what it allows:
 // nothing, for both directions, when the rules are empty.
 type KubeNetworkPolicySpec struct {
+	PodSelector KubeSelector     `yaml:"podSelector" json:"podSelector"`
+	PolicyTypes []string         `yaml:"policyTypes" json:"policyTypes"`
+	Ingress     []KubePolicyRule `yaml:"ingress" json:"ingress"`
+	Egress      []KubePolicyRule `yaml:"egress" json:"egress"`
+}
+
+// KubePolicyRule allows traffic from (ingress) or to (egress) the Pods
+// its peers select; a rule without peers allows any.
+type KubePolicyRule struct {
+	From []KubePolicyPeer `yaml:"from,omitempty" json:"from,omitempty"`
+	To   []KubePolicyPeer `yaml:"to,omitempty" json:"to,omitempty"`
+}
+
+// KubePolicyPeer selects Pods of the policy's namespace by labels.
+type KubePolicyPeer struct {
 	PodSelector KubeSelector `yaml:"podSelector" json:"podSelector"`
-	PolicyTypes []string     `yaml:"policyTypes" json:"policyTypes"`
-	Ingress     []struct{}   `yaml:"ingress" json:"ingress"`
-	Egress      []struct{}   `yaml:"egress" json:"egress"`
 }
 
 // KubeSelector selects by labels.
@@ -88,6 +149,52 @@ type KubePod struct {
 	Kind       string      `yaml:"kind" json:"kind"`
 	Metadata   KubeMeta    `yaml:"metadata" json:"metadata"`
 	Spec       KubePodSpec `yaml:"spec" json:"spec"`
+}
+
+// KubeSandbox is an agent-sandbox Sandbox, or a SandboxTemplate (the two
+// specs' fields a sandbox sets are the same: the pod template).
+type KubeSandbox struct {
+	APIVersion string          `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string          `yaml:"kind" json:"kind"`
+	Metadata   KubeMeta        `yaml:"metadata" json:"metadata"`
+	Spec       KubeSandboxSpec `yaml:"spec" json:"spec"`
+}
+
+// KubeSandboxSpec is the spec of a Sandbox or a SandboxTemplate.
+type KubeSandboxSpec struct {
+	PodTemplate KubePodTemplate `yaml:"podTemplate" json:"podTemplate"`
+}
+
+// KubePodTemplate is the Pod a Sandbox runs: the bare Pod's labels,
+// annotations and spec.
+type KubePodTemplate struct {
+	Metadata KubePodMeta `yaml:"metadata" json:"metadata"`
+	Spec     KubePodSpec `yaml:"spec" json:"spec"`
+}
+
+// KubePodMeta is a pod template's metadata.
+type KubePodMeta struct {
+	Labels      map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+	Annotations map[string]string `yaml:"annotations,omitempty" json:"annotations,omitempty"`
+}
+
+// KubeSandboxClaim is an agent-sandbox SandboxClaim: a Sandbox made from a
+// SandboxTemplate.
+type KubeSandboxClaim struct {
+	APIVersion string               `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string               `yaml:"kind" json:"kind"`
+	Metadata   KubeMeta             `yaml:"metadata" json:"metadata"`
+	Spec       KubeSandboxClaimSpec `yaml:"spec" json:"spec"`
+}
+
+// KubeSandboxClaimSpec names the template claimed.
+type KubeSandboxClaimSpec struct {
+	TemplateRef KubeTemplateRef `yaml:"sandboxTemplateRef" json:"sandboxTemplateRef"`
+}
+
+// KubeTemplateRef names a SandboxTemplate.
+type KubeTemplateRef struct {
+	Name string `yaml:"name" json:"name"`
 }
 
 // KubePodSpec is the part of a Pod's spec a sandbox sets.
@@ -114,6 +221,13 @@ type KubePodSecurity struct {
 	RunAsGroup     int64              `yaml:"runAsGroup" json:"runAsGroup"`
 	RunAsNonRoot   bool               `yaml:"runAsNonRoot" json:"runAsNonRoot"`
 	SeccompProfile KubeSeccompProfile `yaml:"seccompProfile" json:"seccompProfile"`
+	Sysctls        []KubeSysctl       `yaml:"sysctls,omitempty" json:"sysctls,omitempty"`
+}
+
+// KubeSysctl is a namespaced sysctl of the Pod.
+type KubeSysctl struct {
+	Name  string `yaml:"name" json:"name"`
+	Value string `yaml:"value" json:"value"`
 }
 
 // KubeSeccompProfile names a seccomp profile.
@@ -123,7 +237,14 @@ type KubeSeccompProfile struct {
 
 // KubeDNSConfig is a Pod's resolver configuration.
 type KubeDNSConfig struct {
-	Nameservers []string `yaml:"nameservers,omitempty" json:"nameservers,omitempty"`
+	Nameservers []string        `yaml:"nameservers,omitempty" json:"nameservers,omitempty"`
+	Options     []KubeDNSOption `yaml:"options,omitempty" json:"options,omitempty"`
+}
+
+// KubeDNSOption is a resolver option.
+type KubeDNSOption struct {
+	Name  string `yaml:"name" json:"name"`
+	Value string `yaml:"value,omitempty" json:"value,omitempty"`
 }
 
 // KubeHostAlias is an /etc/hosts entry.
@@ -156,9 +277,16 @@ type KubeEnv struct {
 	ValueFrom *KubeEnvValue `yaml:"valueFrom,omitempty" json:"valueFrom,omitempty"`
 }
 
-// KubeEnvValue takes a variable's value from a key of a Secret.
+// KubeEnvValue takes a variable's value from a key of a Secret, or from a
+// field of the Pod.
 type KubeEnvValue struct {
-	SecretKeyRef KubeKeyRef `yaml:"secretKeyRef" json:"secretKeyRef"`
+	SecretKeyRef *KubeKeyRef   `yaml:"secretKeyRef,omitempty" json:"secretKeyRef,omitempty"`
+	FieldRef     *KubeFieldRef `yaml:"fieldRef,omitempty" json:"fieldRef,omitempty"`
+}
+
+// KubeFieldRef names a field of the Pod (the Downward API).
+type KubeFieldRef struct {
+	FieldPath string `yaml:"fieldPath" json:"fieldPath"`
 }
 
 // KubeKeyRef names a key of a Secret.

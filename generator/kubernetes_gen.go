@@ -3,7 +3,9 @@ package generator
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
+	"net/netip"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -34,13 +36,29 @@ const (
 // as the objects that run it on a cluster. What has no equivalent there is
 // an error saying where the profile asks for it: the host's directories
 // (a cluster's node does not have them; the workspace goes in by copy),
-// published ports, the SSH agent, agent requests, and, for now, an egress
-// allowlist. The host's git configuration is not carried.
+// published ports, the SSH agent, agent requests, and, for now, the parts
+// of an egress allowlist that need the launcher's host (asking, joined
+// networks, secrets, methods, an upstream CA). The host's git
+// configuration and the user's grants are not carried. An allowlist's
+// gateway relays in user space (by SNI, Host, or its proxies), in a Pod
+// of its own that is the sandbox's only way out.
 func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObjects, error) {
+	switch ko.As {
+	case "", KubeAsPod, KubeAsSandbox, KubeAsTemplate:
+	default:
+		return nil, fmt.Errorf("kubernetes objects as %q: choose %s, %s or %s", ko.As, KubeAsPod, KubeAsSandbox, KubeAsTemplate)
+	}
 	if err := kubeRefuse(p, h); err != nil {
 		return nil, err
 	}
 	h.GitConfig, h.KnownHosts, h.Changeset = nil, "", nil
+	if p.Network.Mode == "allowlist" {
+		// A cluster's gateway relays in user space; its log is in a volume
+		// of its Pod; the sandbox's resolver is set in its Pod's spec.
+		h.Engine = EngineFacts{UserSpaceGateway: true}
+		h.LogDir, h.ResolvDir, h.AskDir = GatewayLogDir, "", ""
+		h.Grants, h.GrantsFile = nil, ""
+	}
 	project, err := Generate(p, h, o)
 	if err != nil {
 		return nil, err
@@ -51,7 +69,23 @@ func Kubernetes(p *profile.Profile, h Host, o Options, ko KubeOptions) (*KubeObj
 		return nil, err
 	}
 	name := KubeName(project.Name)
-	k := &kubeBuild{p: p, h: h, name: name, ns: ko.Namespace, svc: svc, ext: ext}
+	k := &kubeBuild{p: p, h: h, name: name, ns: ko.Namespace, as: ko.As, svc: svc, ext: ext}
+	if ext.Gateway != nil {
+		k.gwAddr, k.gwPlaceholder = ko.GatewayAddress, !ko.GatewayAddress.IsValid()
+		if k.gwPlaceholder {
+			k.gwAddr = KubeGatewayPlaceholder
+		}
+		k.gwSvc = project.Services[GatewayService]
+		// The compose project's gateway address is its sandbox network's:
+		// the proxy variables name the gateway Pod's instead.
+		compose := GatewayAddr(ext.Gateway.Subnet).String()
+		k.svc.Environment = maps.Clone(k.svc.Environment)
+		for n, v := range k.svc.Environment {
+			if v != nil && strings.Contains(*v, "://"+compose+":") {
+				k.svc.Environment[n] = ptr(strings.ReplaceAll(*v, "://"+compose+":", "://"+k.gwAddr.String()+":"))
+			}
+		}
+	}
 	return k.objects()
 }
 
@@ -63,7 +97,21 @@ func kubeRefuse(p *profile.Profile, h Host) error {
 		errs = append(errs, &profile.Error{Pos: p.Pos(at...), Field: field, Msg: msg})
 	}
 	if p.Network.Mode == "allowlist" {
-		refuse("network.mode", []string{"network", "mode"}, "allowlist is not available on Kubernetes yet: choose none or open")
+		n := p.Network
+		for _, c := range []struct {
+			field string
+			set   bool
+		}{{"unlisted", n.Asks()}, {"join", len(n.Join) > 0}, {"methods", len(n.Methods) > 0}, {"upstream_ca", n.UpstreamCA != ""}} {
+			if c.set {
+				refuse("network."+c.field, []string{"network", c.field}, "not available on Kubernetes yet: the allowlist's gateway there relays by name alone")
+			}
+		}
+		for _, name := range ActiveSecrets(p, h) {
+			refuse("secrets."+name, []string{"secrets", name}, "a secret given to the sandbox is brokered by its gateway, which Kubernetes does not do yet: leave its source unset (or choose another engine)")
+		}
+		if Opens(p, h) && len(ActiveSecrets(p, h)) == 0 && len(n.Methods) == 0 {
+			refuse("network.allow", []string{"network", "allow"}, "a rule that limits requests needs the gateway to open TLS, which it does not on Kubernetes yet")
+		}
 	}
 	if len(p.Ports) > 0 {
 		refuse("ports", []string{"ports"}, "ports are published on the host, which a cluster's Pod is not on: remove them on Kubernetes")
@@ -111,8 +159,14 @@ type kubeBuild struct {
 	h    Host
 	name string
 	ns   string
+	as   string // KubeOptions.As
 	svc  types.ServiceConfig
-	ext  Extension
+	// The allowlist's gateway: its compose service, the address the
+	// sandbox names it by, and whether that is KubeGatewayPlaceholder.
+	gwSvc         types.ServiceConfig
+	gwAddr        netip.Addr
+	gwPlaceholder bool
+	ext           Extension
 
 	files   map[string]string // the ConfigMap's data
 	volumes []KubeVolume
@@ -159,23 +213,163 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 		out.ConfigMap = &KubeConfigMap{APIVersion: "v1", Kind: "ConfigMap", Metadata: k.meta("-files", "files"), Data: k.files}
 		k.volumes = append(k.volumes, KubeVolume{Name: KubeFilesVolume, ConfigMap: &KubeConfigRef{Name: k.name + "-files", DefaultMode: 0o444}})
 	}
-	if k.p.Network.Mode == "none" {
+	switch k.p.Network.Mode {
+	case "none":
 		// Nothing in, nothing out, DNS included: the policy's empty rules.
-		out.Policies = append(out.Policies, KubeNetworkPolicy{
-			APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Metadata: k.meta("-isolate", "policy"),
-			Spec: KubeNetworkPolicySpec{
-				PodSelector: KubeSelector{MatchLabels: map[string]string{KubeLabelSandbox: k.name, KubeLabelRole: "sandbox"}},
-				PolicyTypes: []string{"Ingress", "Egress"},
-				Ingress:     []struct{}{}, Egress: []struct{}{},
-			},
-		})
+		out.Policies = append(out.Policies, k.policy("-isolate", "sandbox", []KubePolicyRule{}, []KubePolicyRule{}))
+	case "allowlist":
+		// The sandbox reaches its gateway alone (its resolver and proxies
+		// included); nothing reaches it. The gateway is reached by the
+		// sandbox alone, and reaches out.
+		out.Policies = append(out.Policies,
+			k.policy("-isolate", "sandbox", []KubePolicyRule{}, []KubePolicyRule{{To: []KubePolicyPeer{{PodSelector: k.selector("gateway")}}}}),
+			k.policy("-gateway", "gateway", []KubePolicyRule{{From: []KubePolicyPeer{{PodSelector: k.selector("sandbox")}}}}, []KubePolicyRule{{}}))
 	}
 	pod, err := k.pod(env)
 	if err != nil {
 		return nil, err
 	}
+	if k.gwSvc.Name != "" {
+		gw := k.gateway()
+		out.Gateway, out.GatewayPlaceholder, out.GatewayAddress = &gw, k.gwPlaceholder, k.gwAddr
+		pod.Spec.DNSPolicy = "None"
+		pod.Spec.DNSConfig = &KubeDNSConfig{Nameservers: []string{k.gwAddr.String()}, Options: []KubeDNSOption{{Name: "ndots", Value: "0"}}}
+	}
 	out.Pod = pod
+	switch k.as {
+	case KubeAsSandbox:
+		out.Sandbox = k.sandbox(AgentSandboxAPI, "Sandbox", "sandbox", pod)
+	case KubeAsTemplate:
+		out.Sandbox = k.sandbox(AgentSandboxExtensionsAPI, "SandboxTemplate", "template", pod)
+		out.Claim = &KubeSandboxClaim{
+			APIVersion: AgentSandboxExtensionsAPI, Kind: "SandboxClaim", Metadata: k.meta("", "claim"),
+			Spec: KubeSandboxClaimSpec{TemplateRef: KubeTemplateRef{Name: k.name}},
+		}
+	}
 	return out, nil
+}
+
+// SetGatewayAddress makes the sandbox's Pod name addr as its gateway's
+// address (its resolver, its proxy variables) in place of the one it
+// names (KubeGatewayPlaceholder, in render's objects): run knows it once
+// the gateway's Pod has one. The Pod's slices are copied, not changed.
+func (o *KubeObjects) SetGatewayAddress(addr netip.Addr) {
+	if o.Gateway == nil || !o.GatewayAddress.IsValid() {
+		return
+	}
+	old, repl := "://"+o.GatewayAddress.String()+":", "://"+addr.String()+":"
+	spec := &o.Pod.Spec
+	spec.Containers = slices.Clone(spec.Containers)
+	for ci := range spec.Containers {
+		env := slices.Clone(spec.Containers[ci].Env)
+		for i, e := range env {
+			if e.Value != nil && strings.Contains(*e.Value, old) {
+				env[i].Value = ptr(strings.ReplaceAll(*e.Value, old, repl))
+			}
+		}
+		spec.Containers[ci].Env = env
+	}
+	if spec.DNSConfig != nil {
+		dns := *spec.DNSConfig
+		dns.Nameservers = []string{addr.String()}
+		spec.DNSConfig = &dns
+	}
+	o.GatewayAddress, o.GatewayPlaceholder = addr, false
+}
+
+// selector selects the Pod of the sandbox's of role (sandbox, gateway).
+func (k *kubeBuild) selector(role string) KubeSelector {
+	return KubeSelector{MatchLabels: map[string]string{KubeLabelSandbox: k.name, KubeLabelRole: role}}
+}
+
+// policy is the NetworkPolicy name+suffix of the sandbox's Pod of role,
+// for both directions, with the rules given.
+func (k *kubeBuild) policy(suffix, role string, ingress, egress []KubePolicyRule) KubeNetworkPolicy {
+	return KubeNetworkPolicy{
+		APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Metadata: k.meta(suffix, "policy"),
+		Spec: KubeNetworkPolicySpec{
+			PodSelector: k.selector(role), PolicyTypes: []string{"Ingress", "Egress"},
+			Ingress: ingress, Egress: egress,
+		},
+	}
+}
+
+// GatewayAddressEnv is the variable of the gateway's container that holds
+// its Pod's address (the Downward API's status.podIP), which its
+// --address names.
+const GatewayAddressEnv = "PROPIO_GATEWAY_ADDRESS"
+
+// gateway is the allowlist's gateway as a Pod: the compose gateway's
+// command, listening on its Pod's address; as nobody; no capability, a
+// read-only root, no privilege escalation; port 53 and up bindable by
+// that user (a namespaced sysctl Kubernetes deems safe); its decision log
+// in a volume of its own; its memory limit; the sandbox's deadline.
+func (k *kubeBuild) gateway() KubePod {
+	g := k.gwSvc
+	// On an engine the gateway is the host's user, whose its log is; here
+	// its log is in its Pod, and it runs as nobody, whoever runs the
+	// launcher (root, in CI).
+	const uid, gid = 65534, 65534
+	var args []string
+	for i, a := range g.Command {
+		switch {
+		case i > 0 && g.Command[i-1] == "--address":
+			args = append(args, "$("+GatewayAddressEnv+")")
+		default:
+			args = append(args, kubeEscape(a))
+		}
+	}
+	env := []KubeEnv{{Name: GatewayAddressEnv, ValueFrom: &KubeEnvValue{FieldRef: &KubeFieldRef{FieldPath: "status.podIP"}}}}
+	for _, n := range slices.Sorted(maps.Keys(g.Environment)) {
+		if v := g.Environment[n]; v != nil {
+			env = append(env, KubeEnv{Name: n, Value: ptr(kubeEscape(*v))})
+		}
+	}
+	var sysctls []KubeSysctl
+	for _, n := range slices.Sorted(maps.Keys(g.Sysctls)) {
+		sysctls = append(sysctls, KubeSysctl{Name: n, Value: g.Sysctls[n]})
+	}
+	mem := strconv.FormatInt(int64(g.MemLimit), 10)
+	res := KubeResources{Limits: map[string]string{"memory": mem}, Requests: map[string]string{"memory": mem}}
+	c := KubeContainer{
+		Name: GatewayService, Image: g.Image, ImagePullPolicy: "Never",
+		Args: args, Env: env, Resources: res,
+		SecurityContext: KubeContainerSecure{
+			ReadOnlyRootFilesystem:   g.ReadOnly,
+			AllowPrivilegeEscalation: !slices.Contains(g.SecurityOpt, "no-new-privileges:true"),
+			Capabilities:             KubeCapabilites{Add: kubeCaps(g.CapAdd), Drop: kubeCaps(g.CapDrop)},
+		},
+		VolumeMounts: []KubeVolumeMount{{Name: "log", MountPath: GatewayLogDir}},
+	}
+	spec := KubePodSpec{
+		RestartPolicy:                 "Never",
+		TerminationGracePeriodSeconds: 10,
+		SecurityContext: KubePodSecurity{
+			RunAsUser: uid, RunAsGroup: gid, RunAsNonRoot: uid != 0,
+			SeccompProfile: KubeSeccompProfile{Type: "RuntimeDefault"},
+			Sysctls:        sysctls,
+		},
+		InitContainers: []KubeContainer{},
+		Containers:     []KubeContainer{c},
+		Volumes:        []KubeVolume{{Name: "log", EmptyDir: &KubeEmptyDir{}}},
+	}
+	if k.ext.Timeout > 0 {
+		spec.ActiveDeadlineSeconds = ptr(int64(math.Ceil(k.ext.Timeout.Seconds())))
+	}
+	return KubePod{APIVersion: "v1", Kind: "Pod", Metadata: k.meta("-gateway", "gateway"), Spec: spec}
+}
+
+// sandbox says pod as an agent-sandbox object of kind whose pod template
+// is the Pod's labels, annotations and spec, unchanged: the policies
+// select its Pod by the same labels.
+func (k *kubeBuild) sandbox(apiVersion, kind, role string, pod KubePod) *KubeSandbox {
+	return &KubeSandbox{
+		APIVersion: apiVersion, Kind: kind, Metadata: k.meta("", role),
+		Spec: KubeSandboxSpec{PodTemplate: KubePodTemplate{
+			Metadata: KubePodMeta{Labels: pod.Metadata.Labels, Annotations: pod.Metadata.Annotations},
+			Spec:     pod.Spec,
+		}},
+	}
 }
 
 // envName is what a Secret's key may be, and so a variable it carries.
@@ -201,7 +395,7 @@ func (k *kubeBuild) env() ([]KubeEnv, []string, error) {
 			return nil, nil, fmt.Errorf("environment variable %q cannot be carried in a Secret (its keys are letters, digits, '-', '_' and '.')", n)
 		}
 		passed = append(passed, n)
-		env = append(env, KubeEnv{Name: n, ValueFrom: &KubeEnvValue{SecretKeyRef: KubeKeyRef{Name: k.name + "-env", Key: n}}})
+		env = append(env, KubeEnv{Name: n, ValueFrom: &KubeEnvValue{SecretKeyRef: &KubeKeyRef{Name: k.name + "-env", Key: n}}})
 	}
 	return env, passed, nil
 }
@@ -409,7 +603,8 @@ func kubeCaps(in []string) []string {
 	return out
 }
 
-// List is the objects in the order they are created.
+// List is the objects in the order they are created: the Sandbox, or the
+// SandboxTemplate and its claim, in place of the Pod when there is one.
 func (o *KubeObjects) List() []any {
 	var out []any
 	if o.Secret != nil {
@@ -420,6 +615,15 @@ func (o *KubeObjects) List() []any {
 	}
 	for i := range o.Policies {
 		out = append(out, &o.Policies[i])
+	}
+	if o.Gateway != nil {
+		out = append(out, o.Gateway)
+	}
+	switch {
+	case o.Claim != nil:
+		return append(out, o.Sandbox, o.Claim)
+	case o.Sandbox != nil:
+		return append(out, o.Sandbox)
 	}
 	return append(out, &o.Pod)
 }
@@ -438,6 +642,9 @@ func RenderKubernetes(o *KubeObjects) ([]byte, error) {
 		}
 		if _, ok := obj.(*KubeSecret); ok {
 			n.HeadComment = "The values are the launcher's environment's, filled in by run: render never shows them."
+		}
+		if obj == any(o.Gateway) && o.GatewayPlaceholder {
+			n.HeadComment = "The sandbox names this Pod by its address, which run fills in once it has one: " + KubeGatewayPlaceholder.String() + " stands for it."
 		}
 		settleScalars(&n, false)
 		if err := enc.Encode(&n); err != nil {

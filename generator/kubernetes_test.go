@@ -2,9 +2,12 @@ package generator_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +21,12 @@ import (
 // as a comment (a case a cluster cannot run is a golden of its own).
 func renderKube(t *testing.T, c goldenCase) []byte {
 	t.Helper()
+	return renderKubeAs(t, c, "")
+}
+
+// renderKubeAs renders a case with the Pod carried as as says.
+func renderKubeAs(t *testing.T, c goldenCase, as string) []byte {
+	t.Helper()
 	p, err := c.load()
 	if err != nil {
 		t.Fatalf("loading: %v", err)
@@ -26,7 +35,7 @@ func renderKube(t *testing.T, c goldenCase) []byte {
 	if o.Keep != nil {
 		return nil // a persistent sandbox is not a target of the renderer yet
 	}
-	objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{Namespace: "sandboxes"})
+	objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{Namespace: "sandboxes", As: as})
 	if err != nil {
 		return []byte("# error: " + strings.ReplaceAll(err.Error(), "\n", "\n# error: ") + "\n")
 	}
@@ -43,26 +52,53 @@ func renderKube(t *testing.T, c goldenCase) []byte {
 func TestKubernetesGolden(t *testing.T) {
 	for _, c := range cases(t) {
 		t.Run(c.name, func(t *testing.T) {
-			out := renderKube(t, c)
-			if out == nil {
-				t.Skip("a persistent sandbox's case")
-			}
-			out = bytes.ReplaceAll(out, []byte(repoRoot), []byte("/REPO"))
-			golden := filepath.Join(c.dir, "kubernetes.golden.yaml")
-			if *update {
-				if err := os.WriteFile(golden, out, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./generator -update to create it)", err)
-			}
-			if !bytes.Equal(out, want) {
-				t.Errorf("render differs from %s (go test ./generator -update rewrites it):\n%s", golden, diff(string(want), string(out)))
-			}
+			checkKubeGolden(t, c, "", "kubernetes.golden.yaml")
 		})
+	}
+}
+
+// agentSandboxCases are the cases rendered as agent-sandbox objects too,
+// into testdata/<case>/kubernetes-<as>.golden.yaml: a policy, a Secret,
+// a ConfigMap, a keeper; and one without a policy.
+var agentSandboxCases = []string{"builtin-offline", "builtin-open", "kube-changeset"}
+
+// TestKubernetesAgentSandboxGolden renders some cases with --as sandbox
+// and --as template and compares them with their goldens.
+func TestKubernetesAgentSandboxGolden(t *testing.T) {
+	for _, c := range cases(t) {
+		if !slices.Contains(agentSandboxCases, c.name) {
+			continue
+		}
+		for _, as := range []string{generator.KubeAsSandbox, generator.KubeAsTemplate} {
+			t.Run(c.name+"/"+as, func(t *testing.T) {
+				checkKubeGolden(t, c, as, "kubernetes-"+as+".golden.yaml")
+			})
+		}
+	}
+}
+
+// checkKubeGolden compares the render of c as as with the golden file
+// name in its directory (or writes it, with -update).
+func checkKubeGolden(t *testing.T, c goldenCase, as, name string) {
+	t.Helper()
+	out := renderKubeAs(t, c, as)
+	if out == nil {
+		t.Skip("a persistent sandbox's case")
+	}
+	out = bytes.ReplaceAll(out, []byte(repoRoot), []byte("/REPO"))
+	golden := filepath.Join(c.dir, name)
+	if *update {
+		if err := os.WriteFile(golden, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./generator -update to create it)", err)
+	}
+	if !bytes.Equal(out, want) {
+		t.Errorf("render differs from %s (go test ./generator -update rewrites it):\n%s", golden, diff(string(want), string(out)))
 	}
 }
 
@@ -72,9 +108,11 @@ func TestKubernetesDeterministic(t *testing.T) {
 	for _, c := range cases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			a, b := renderKube(t, c), renderKube(t, c)
-			if !bytes.Equal(a, b) {
-				t.Errorf("two renders differ:\n%s", diff(string(a), string(b)))
+			for _, as := range []string{"", generator.KubeAsSandbox, generator.KubeAsTemplate} {
+				a, b := renderKubeAs(t, c, as), renderKubeAs(t, c, as)
+				if !bytes.Equal(a, b) {
+					t.Errorf("as %q: two renders differ:\n%s", as, diff(string(a), string(b)))
+				}
 			}
 		})
 	}
@@ -220,7 +258,7 @@ func TestKubernetesOpen(t *testing.T) {
 // place in the profile.
 func TestKubernetesRefuses(t *testing.T) {
 	for _, tc := range []struct{ name, want string }{
-		{"strict", "network.mode: allowlist is not available on Kubernetes"},
+		{"strict", "secrets.ANTHROPIC_API_KEY: a secret given to the sandbox is brokered by its gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, h := loadKube(t, tc.name)
@@ -252,6 +290,166 @@ func TestKubeName(t *testing.T) {
 	} {
 		if got := generator.KubeName(in); got != want {
 			t.Errorf("KubeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestKubernetesAgentSandbox: for every case a cluster can run, the
+// Sandbox's (and the SandboxTemplate's) pod template is the bare Pod's
+// labels, annotations and spec, every isolation field included; the
+// claim names the template; no bare Pod is listed beside them.
+func TestKubernetesAgentSandbox(t *testing.T) {
+	for _, c := range cases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := c.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := caseOptions(p)
+			if o.Keep != nil {
+				t.Skip("a persistent sandbox's case")
+			}
+			bare, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{})
+			if err != nil {
+				t.Skipf("not a cluster's case: %v", err)
+			}
+			for _, tc := range []struct{ as, kind, apiVersion string }{
+				{generator.KubeAsSandbox, "Sandbox", "agents.x-k8s.io/v1alpha1"},
+				{generator.KubeAsTemplate, "SandboxTemplate", "extensions.agents.x-k8s.io/v1alpha1"},
+			} {
+				objs, err := generator.Kubernetes(p, fixtureHost(t, p), o, generator.KubeOptions{As: tc.as})
+				if err != nil {
+					t.Fatalf("as %s: %v", tc.as, err)
+				}
+				sb := objs.Sandbox
+				if sb == nil || sb.Kind != tc.kind || sb.APIVersion != tc.apiVersion || sb.Metadata.Name != bare.Pod.Metadata.Name {
+					t.Fatalf("as %s: %+v, want a %s %s named %s", tc.as, sb, tc.apiVersion, tc.kind, bare.Pod.Metadata.Name)
+				}
+				tmpl := sb.Spec.PodTemplate
+				if !reflect.DeepEqual(tmpl.Spec, bare.Pod.Spec) {
+					t.Errorf("as %s: the pod template's spec differs from the Pod's:\n%+v\n%+v", tc.as, tmpl.Spec, bare.Pod.Spec)
+				}
+				if !reflect.DeepEqual(tmpl.Metadata.Labels, bare.Pod.Metadata.Labels) || !reflect.DeepEqual(tmpl.Metadata.Annotations, bare.Pod.Metadata.Annotations) {
+					t.Errorf("as %s: the pod template's metadata %+v, want the Pod's %+v", tc.as, tmpl.Metadata, bare.Pod.Metadata)
+				}
+				for _, pol := range objs.Policies {
+					labels := tmpl.Metadata.Labels
+					if pol.Spec.PodSelector.MatchLabels[generator.KubeLabelRole] == "gateway" {
+						labels = objs.Gateway.Metadata.Labels // the gateway is a bare Pod still
+					}
+					for k, v := range pol.Spec.PodSelector.MatchLabels {
+						if labels[k] != v {
+							t.Errorf("as %s: policy %s selects %s=%s, which the pod template lacks", tc.as, pol.Metadata.Name, k, v)
+						}
+					}
+				}
+				list := objs.List()
+				for _, obj := range list {
+					if pod, ok := obj.(*generator.KubePod); ok && pod != objs.Gateway {
+						t.Errorf("as %s: a bare Pod is listed", tc.as)
+					}
+				}
+				if tc.as == generator.KubeAsTemplate {
+					if objs.Claim == nil || objs.Claim.Spec.TemplateRef.Name != sb.Metadata.Name || list[len(list)-1] != any(objs.Claim) {
+						t.Errorf("as template: claim %+v, want the last object, naming template %s", objs.Claim, sb.Metadata.Name)
+					}
+				} else if objs.Claim != nil || list[len(list)-1] != any(sb) {
+					t.Errorf("as sandbox: a claim %+v, or the Sandbox is not last", objs.Claim)
+				}
+			}
+		})
+	}
+}
+
+// TestKubernetesAsUnknown: an unknown carrier is an error naming the
+// choices.
+func TestKubernetesAsUnknown(t *testing.T) {
+	p, h := loadKube(t, "offline")
+	_, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{As: "deployment"})
+	if err == nil || !strings.Contains(err.Error(), `"deployment"`) || !strings.Contains(err.Error(), "sandbox") {
+		t.Errorf("as deployment: %v, want an error naming the choices", err)
+	}
+}
+
+// TestKubernetesAllowlist: the allowlist's gateway is a Pod of its own
+// listening on its Pod's address; the sandbox's resolver and proxy
+// variables name the address run gives (the placeholder without one),
+// never the compose project's; the sandbox may reach its gateway alone,
+// and the gateway is reached by the sandbox alone.
+func TestKubernetesAllowlist(t *testing.T) {
+	p, err := profile.Locations{}.LoadFile("testdata/allowlist/profile.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	addr := netip.MustParseAddr("10.244.0.99")
+	for _, tc := range []struct {
+		given netip.Addr
+		want  string
+		set   bool // SetGatewayAddress(addr) on the render's objects
+	}{{addr, "10.244.0.99", false}, {netip.Addr{}, generator.KubeGatewayPlaceholder.String(), false}, {netip.Addr{}, "10.244.0.99", true}} {
+		objs, err := generator.Kubernetes(p, h, generator.Options{Project: project}, generator.KubeOptions{GatewayAddress: tc.given})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.set {
+			before, err := json.Marshal(objs.Pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copied := *objs
+			copied.SetGatewayAddress(addr)
+			if after, _ := json.Marshal(objs.Pod); !bytes.Equal(before, after) {
+				t.Errorf("SetGatewayAddress changed the objects it was copied from")
+			}
+			objs = &copied
+		}
+		if objs.Gateway == nil || objs.GatewayPlaceholder != (!tc.given.IsValid() && !tc.set) || objs.GatewayAddress.String() != tc.want {
+			t.Fatalf("gateway %+v, placeholder %v", objs.Gateway, objs.GatewayPlaceholder)
+		}
+		raw, err := json.Marshal(objs.List())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, []byte("198.1")) {
+			t.Errorf("the objects name the compose project's gateway address: %s", raw)
+		}
+		spec := objs.Pod.Spec
+		if spec.DNSPolicy != "None" || spec.DNSConfig == nil || !slices.Equal(spec.DNSConfig.Nameservers, []string{tc.want}) {
+			t.Errorf("sandbox resolver %q %+v, want None and %s", spec.DNSPolicy, spec.DNSConfig, tc.want)
+		}
+		proxies := 0
+		for _, e := range spec.Containers[0].Env {
+			if strings.HasSuffix(strings.ToUpper(e.Name), "_PROXY") && e.Name != "NO_PROXY" && e.Name != "no_proxy" {
+				proxies++
+				if e.Value == nil || !strings.Contains(*e.Value, "://"+tc.want+":") {
+					t.Errorf("%s=%v, want the gateway at %s", e.Name, e.Value, tc.want)
+				}
+			}
+		}
+		if proxies != 6 {
+			t.Errorf("%d proxy variables, want 6", proxies)
+		}
+		gw := objs.Gateway.Spec
+		args := strings.Join(gw.Containers[0].Args, " ")
+		if !strings.Contains(args, "--address $(PROPIO_GATEWAY_ADDRESS) ") || gw.Containers[0].Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+			t.Errorf("gateway args %q, env %+v: want it on its Pod's address", args, gw.Containers[0].Env)
+		}
+		sec := gw.Containers[0].SecurityContext
+		if !sec.ReadOnlyRootFilesystem || sec.AllowPrivilegeEscalation || !slices.Equal(sec.Capabilities.Drop, []string{"ALL"}) || len(sec.Capabilities.Add) != 0 || gw.AutomountServiceAccountToken {
+			t.Errorf("gateway security %+v, token %v", sec, gw.AutomountServiceAccountToken)
+		}
+		roles := map[string]generator.KubeNetworkPolicySpec{}
+		for _, pol := range objs.Policies {
+			roles[pol.Spec.PodSelector.MatchLabels[generator.KubeLabelRole]] = pol.Spec
+		}
+		sb, g := roles["sandbox"], roles["gateway"]
+		if len(sb.Ingress) != 0 || len(sb.Egress) != 1 || len(sb.Egress[0].To) != 1 || sb.Egress[0].To[0].PodSelector.MatchLabels[generator.KubeLabelRole] != "gateway" {
+			t.Errorf("sandbox policy %+v, want no ingress and egress to the gateway alone", sb)
+		}
+		if len(g.Ingress) != 1 || len(g.Ingress[0].From) != 1 || g.Ingress[0].From[0].PodSelector.MatchLabels[generator.KubeLabelRole] != "sandbox" {
+			t.Errorf("gateway policy %+v, want ingress from the sandbox alone", g)
 		}
 	}
 }

@@ -160,8 +160,14 @@ security: {runtime: %s}
 	if err := os.WriteFile(custom, []byte(profileText), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// An allowlist: its gateway's Pod and the two policies are admitted
+	// too (run does not make them yet).
+	allow := filepath.Join(t.TempDir(), "allow.yaml")
+	if err := os.WriteFile(allow, []byte("version: 1\nextends: offline\nnetwork: {mode: allowlist, allow: [allowed.test], deny: [denied.test]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const secret = "propio-test-value-7f3a9c"
-	for _, p := range []string{"offline", "open", custom} {
+	for _, p := range []string{"offline", "open", custom, allow} {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			cmd := exec.Command(launcher, "render", "--target", "kubernetes", "-p", p, "-n", ns)
 			cmd.Dir = ws
@@ -176,7 +182,7 @@ security: {runtime: %s}
 				t.Fatalf("a passed variable's value is in the render's output")
 			}
 			docs := documents(t, out)
-			kinds := map[string]bool{}
+			kinds := map[string]int{}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			for _, doc := range docs {
@@ -184,7 +190,7 @@ security: {runtime: %s}
 				if err := json.Unmarshal(doc, &head); err != nil {
 					t.Fatal(err)
 				}
-				kinds[head.Kind] = true
+				kinds[head.Kind]++
 				back, err := c.Create(ctx, "", doc, kubeapi.CreateOptions{DryRun: true})
 				if err != nil {
 					t.Fatalf("the API server's dry run refused %s %s: %v", head.Kind, head.Metadata.Name, err)
@@ -193,11 +199,19 @@ security: {runtime: %s}
 					checkAdmittedPod(t, back, rc)
 				}
 			}
-			if !kinds["Pod"] || !kinds["Secret"] {
+			if kinds["Pod"] == 0 || kinds["Secret"] == 0 {
 				t.Errorf("rendered kinds %v, want a Pod and a Secret", kinds)
 			}
-			if strings.Contains(p, "offline") != kinds["NetworkPolicy"] && filepath.Base(p) != "custom.yaml" {
-				t.Errorf("profile %s: kinds %v (a NetworkPolicy exactly for network none)", p, kinds)
+			switch filepath.Base(p) {
+			case "allow.yaml":
+				if kinds["Pod"] != 2 || kinds["NetworkPolicy"] != 2 {
+					t.Errorf("allowlist: kinds %v, want the gateway's Pod and the sandbox's, and two policies", kinds)
+				}
+			case "custom.yaml":
+			default:
+				if strings.Contains(p, "offline") != (kinds["NetworkPolicy"] > 0) {
+					t.Errorf("profile %s: kinds %v (a NetworkPolicy exactly for network none)", p, kinds)
+				}
 			}
 			// The dry run is live: the same Pod with a field the schema
 			// does not have is refused.

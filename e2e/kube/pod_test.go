@@ -27,18 +27,20 @@ import (
 const agentImage = "propio-sandbox/agent:latest"
 
 // loadImage copies an image from Docker into the test cluster's node
-// (e2e/kube-cluster.sh load), once per test binary.
+// (e2e/kube-cluster.sh load), once per image and test binary.
 func loadImage(t *testing.T, image string) {
 	t.Helper()
-	loadOnce.Do(func() {
+	v, _ := loads.LoadOrStore(image, &imageLoad{})
+	l := v.(*imageLoad)
+	l.once.Do(func() {
 		cmd := exec.Command("bash", filepath.Join(testenv.RepoRoot(), "e2e", "kube-cluster.sh"), "load", image)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			loadErr = fmt.Errorf("%v: %s", err, out)
+			l.err = fmt.Errorf("%v: %s", err, out)
 		}
 	})
-	if loadErr != nil {
-		t.Fatalf("loading %s into the cluster's node: %v", image, loadErr)
+	if l.err != nil {
+		t.Fatalf("loading %s into the cluster's node: %v", image, l.err)
 	}
 	// The node's status lists it once the kubelet has looked again.
 	c, _ := testenv.Kube(t)
@@ -56,10 +58,14 @@ func loadImage(t *testing.T, image string) {
 	}
 }
 
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
+// loads are the images loaded into the node, by name.
+var loads sync.Map
+
+// imageLoad is the load of one image.
+type imageLoad struct {
+	once sync.Once
+	err  error
+}
 
 // workspaceTar is the workspace as the init container takes it.
 func workspaceTar(t *testing.T, dir string) []byte {

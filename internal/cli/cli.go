@@ -105,7 +105,7 @@ func (a *app) checkEngineFlags(cmd *cobra.Command, _ []string) error {
 	if a.engine == sandbox.Kubernetes {
 		return nil
 	}
-	if a.kubeContext != "" {
+	if a.kubeContext != "" && cmd.Name() != "render" {
 		return usageError{fmt.Errorf("--kube-context %s names a kubeconfig's context: give --engine kubernetes too", a.kubeContext)}
 	}
 	if a.namespace != "" && cmd.Name() != "render" {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -74,7 +75,7 @@ func (k *Cluster) Create(ctx context.Context, objs *generator.KubeObjects, env f
 		if _, err := k.API.Create(ctx, k.Namespace, b, kubeapi.CreateOptions{}); err != nil {
 			return err
 		}
-		if head.Kind != "Pod" {
+		if head.Kind != "Pod" || head.Metadata.Name != name {
 			p, _ := kubeapi.Path(head.APIVersion, head.Kind, k.Namespace)
 			owned = append(owned, p+"/"+head.Metadata.Name)
 		}
@@ -101,6 +102,20 @@ func (k *Cluster) Create(ctx context.Context, objs *generator.KubeObjects, env f
 		if err := create(k.placed(*objs.ConfigMap)); err != nil {
 			return nil, err
 		}
+	}
+	if objs.Gateway != nil {
+		// The allowlist's gateway runs first: the sandbox names it by its
+		// Pod's address.
+		if err := create(k.placed(*objs.Gateway)); err != nil {
+			return nil, err
+		}
+		addr, err := k.gatewayAddress(ctx, objs.Gateway.Metadata.Name)
+		if err != nil {
+			return nil, err
+		}
+		named := *objs
+		named.SetGatewayAddress(addr)
+		objs = &named
 	}
 	pod := objs.Pod
 	if objs.Secret != nil {
@@ -136,13 +151,46 @@ func (k *Cluster) Create(ctx context.Context, objs *generator.KubeObjects, env f
 	return &Created{Pod: name, UID: made.Metadata.UID}, nil
 }
 
+// gatewayWait bounds the wait for the gateway's Pod to run.
+const gatewayWait = 2 * time.Minute
+
+// gatewayAddress waits (bounded) until the gateway's Pod runs, and
+// returns its address. A Pod that cannot run is an error saying why.
+func (k *Cluster) gatewayAddress(ctx context.Context, name string) (netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, gatewayWait)
+	defer cancel()
+	var ip string
+	_, err := k.waitPod(ctx, name, func(s podStatus) (bool, error) {
+		if s.Status.Phase == "Running" && s.Status.PodIP != "" {
+			ip = s.Status.PodIP
+			return true, nil
+		}
+		if err := s.failure(); err != nil {
+			return false, err
+		}
+		if s.Status.Phase == "Succeeded" || s.Status.Phase == "Failed" {
+			return false, fmt.Errorf("the gateway's pod ended (%s)", s.Status.Phase)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("starting the allowlist's gateway %s: %w", name, err)
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("the gateway's pod %s has the address %q: %w", name, ip, err)
+	}
+	return addr, nil
+}
+
 // optionalSecretKeys marks each Secret key reference optional.
 func optionalSecretKeys(env []generator.KubeEnv) []generator.KubeEnv {
 	out := slices.Clone(env)
 	for i := range out {
-		if out[i].ValueFrom != nil {
-			v := *out[i].ValueFrom
-			v.SecretKeyRef.Optional = true
+		if out[i].ValueFrom != nil && out[i].ValueFrom.SecretKeyRef != nil {
+			v, ref := *out[i].ValueFrom, *out[i].ValueFrom.SecretKeyRef
+			ref.Optional = true
+			v.SecretKeyRef = &ref
 			out[i].ValueFrom = &v
 		}
 	}
@@ -269,6 +317,11 @@ func Stamp(objs *generator.KubeObjects, pid int, host string) {
 	objs.Policies = slices.Clone(objs.Policies)
 	for i := range objs.Policies {
 		stamp(&objs.Policies[i].Metadata)
+	}
+	if objs.Gateway != nil {
+		g := *objs.Gateway
+		stamp(&g.Metadata)
+		objs.Gateway = &g
 	}
 	stamp(&objs.Pod.Metadata)
 }

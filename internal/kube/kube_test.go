@@ -47,3 +47,34 @@ func TestStamp(t *testing.T) {
 		t.Errorf("Stamp changed the objects it was given: %v, %v, %v", ann, orig.Secret.Metadata, orig.Policies[0].Metadata)
 	}
 }
+
+// TestDenied: the policy's hold is probed for a sandbox kept from the API
+// server's Service: all egress denied, or egress only to Pods (its
+// gateway); not for a rule that allows any, nor for the gateway's own
+// policy.
+func TestDenied(t *testing.T) {
+	sel := func(role string) generator.KubeSelector {
+		return generator.KubeSelector{MatchLabels: map[string]string{generator.KubeLabelRole: role}}
+	}
+	pol := func(role string, egress ...generator.KubePolicyRule) generator.KubeNetworkPolicy {
+		return generator.KubeNetworkPolicy{Spec: generator.KubeNetworkPolicySpec{PodSelector: sel(role), PolicyTypes: []string{"Ingress", "Egress"}, Egress: egress}}
+	}
+	toGateway := generator.KubePolicyRule{To: []generator.KubePolicyPeer{{PodSelector: sel("gateway")}}}
+	for _, tc := range []struct {
+		name     string
+		policies []generator.KubeNetworkPolicy
+		want     bool
+	}{
+		{"open", nil, false},
+		{"none", []generator.KubeNetworkPolicy{pol("sandbox")}, true},
+		{"allowlist", []generator.KubeNetworkPolicy{pol("sandbox", toGateway), pol("gateway", generator.KubePolicyRule{})}, true},
+		{"any egress", []generator.KubeNetworkPolicy{pol("sandbox", generator.KubePolicyRule{})}, false},
+		{"the gateway's alone", []generator.KubeNetworkPolicy{pol("gateway")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := denied(&generator.KubeObjects{Policies: tc.policies}); got != tc.want {
+				t.Errorf("denied: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -92,7 +92,11 @@ func (k *Cluster) Preflight(ctx context.Context, objs *generator.KubeObjects) er
 	if err != nil {
 		return err
 	}
-	for _, c := range slices.Concat(objs.Pod.Spec.InitContainers, objs.Pod.Spec.Containers) {
+	containers := slices.Concat(objs.Pod.Spec.InitContainers, objs.Pod.Spec.Containers)
+	if objs.Gateway != nil {
+		containers = append(containers, objs.Gateway.Spec.Containers...)
+	}
+	for _, c := range containers {
 		if images != nil && c.ImagePullPolicy == "Never" && !images[normalizeImage(c.Image)] && !slices.Contains(problems, imageProblem(c.Image)) {
 			problems = append(problems, imageProblem(c.Image))
 		}

@@ -90,7 +90,7 @@ func (k *Cluster) ProbePolicy(ctx context.Context, image string) (_ Enforcement,
 	deny := generator.KubeNetworkPolicy{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Metadata: meta("-deny", "policy"),
 		Spec: generator.KubeNetworkPolicySpec{
 			PodSelector: generator.KubeSelector{MatchLabels: map[string]string{generator.KubeLabelSandbox: name, generator.KubeLabelRole: "probe-denied"}},
-			PolicyTypes: []string{"Egress"}, Ingress: []struct{}{}, Egress: []struct{}{},
+			PolicyTypes: []string{"Egress"}, Ingress: []generator.KubePolicyRule{}, Egress: []generator.KubePolicyRule{},
 		}}
 	if err := create(deny); err != nil {
 		return Enforcement{}, err

@@ -320,10 +320,15 @@ func (k *Cluster) waitPod(ctx context.Context, name string, done func(podStatus)
 	}
 }
 
-// denied reports whether a policy of objs denies the sandbox all egress.
+// denied reports whether a policy of objs keeps the sandbox from the API
+// server's Service: it denies it all egress, or allows it only to Pods
+// (an allowlist's, to its gateway).
 func denied(objs *generator.KubeObjects) bool {
 	for _, p := range objs.Policies {
-		if slices.Contains(p.Spec.PolicyTypes, "Egress") && len(p.Spec.Egress) == 0 {
+		if p.Spec.PodSelector.MatchLabels[generator.KubeLabelRole] == "gateway" || !slices.Contains(p.Spec.PolicyTypes, "Egress") {
+			continue
+		}
+		if !slices.ContainsFunc(p.Spec.Egress, func(r generator.KubePolicyRule) bool { return len(r.To) == 0 }) {
 			return true
 		}
 	}

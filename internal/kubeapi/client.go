@@ -138,6 +138,42 @@ var resources = map[string]struct{ prefix, plural string }{
 	"v1/Service":                         {"/api/v1", "services"},
 	"v1/ServiceAccount":                  {"/api/v1", "serviceaccounts"},
 	"networking.k8s.io/v1/NetworkPolicy": {"/apis/networking.k8s.io/v1", "networkpolicies"},
+	// kubernetes-sigs/agent-sandbox's, served where its CRDs are installed.
+	"agents.x-k8s.io/v1alpha1/Sandbox":                    {"/apis/agents.x-k8s.io/v1alpha1", "sandboxes"},
+	"extensions.agents.x-k8s.io/v1alpha1/SandboxTemplate": {"/apis/extensions.agents.x-k8s.io/v1alpha1", "sandboxtemplates"},
+	"extensions.agents.x-k8s.io/v1alpha1/SandboxClaim":    {"/apis/extensions.agents.x-k8s.io/v1alpha1", "sandboxclaims"},
+}
+
+// Served reports whether the API server serves objects of apiVersion and
+// kind, by its discovery document of the kind's group and version: a kind
+// of a CustomResourceDefinition is served only where it is installed.
+func (c *Client) Served(ctx context.Context, apiVersion, kind string) (bool, error) {
+	r, ok := resources[apiVersion+"/"+kind]
+	if !ok {
+		return false, fmt.Errorf("unknown kind %s %s", apiVersion, kind)
+	}
+	out, err := c.Do(ctx, http.MethodGet, r.prefix, nil, nil)
+	if IsNotFound(err) {
+		return false, nil // the group or the version is not served at all
+	}
+	if err != nil {
+		return false, fmt.Errorf("asking the API server whether it serves %s %s: %w", apiVersion, kind, err)
+	}
+	var list struct {
+		Resources []struct {
+			Name string `json:"name"`
+			Kind string `json:"kind"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		return false, fmt.Errorf("reading the API server's resources of %s: %w", apiVersion, err)
+	}
+	for _, res := range list.Resources {
+		if res.Name == r.plural && res.Kind == kind {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Path is the collection path of an object of apiVersion and kind in

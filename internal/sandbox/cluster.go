@@ -111,7 +111,15 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	objs, err := plan.Kubernetes(generator.Options{Project: name, Command: l.Command}, generator.KubeOptions{})
+	o := generator.Options{Project: name, Command: l.Command}
+	if l.Profile.Network.Mode == "allowlist" {
+		// The gateway's image is this executable's, as on an engine; the
+		// nodes must have it (preflight says so when none does).
+		if err := GatewayOptions(&o, l.Env.Dirs); err != nil {
+			return 0, err
+		}
+	}
+	objs, err := plan.Kubernetes(o, generator.KubeOptions{})
 	if err != nil {
 		return 0, err
 	}

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 )
 
 // ProbeImage is the image the tests run: FROM scratch plus /probe. Its tag
@@ -239,4 +241,29 @@ func EnginePodman(tb testing.TB) bool {
 		tb.Fatalf("docker version: %v", err)
 	}
 	return strings.Contains(out, "Podman")
+}
+
+// GatewayImage is the gateway image the launcher at exe makes of itself
+// (gatewayimage.Tag), built into the Docker engine when it lacks it.
+func GatewayImage(tb testing.TB, exe string) string {
+	tb.Helper()
+	tag, err := gatewayimage.Tag(exe)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := Docker("image", "inspect", tag); err == nil {
+		return tag
+	}
+	bctx, err := gatewayimage.Context(exe)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "docker", "build", "-q", "-t", tag, "-")
+	build.Stdin = bctx
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("building the gateway image: %v\n%s", err, out)
+	}
+	return tag
 }
