@@ -79,9 +79,12 @@ func TestDeclaredCheckThroughTheAllowlist(t *testing.T) {
 	s := newSandbox(t)
 	in := newInternet(t)
 	s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)
+	// The checks wait longer than the probe's 5 s: the first request
+	// through a gateway just started, on a machine loaded by the other
+	// tests (a cluster's among them), took longer in CI.
 	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\nchecks:\n" +
-		"  - {name: allowed api answers, run: [fetch, --fail, \"http://allowed.test/ok\"]}\n" +
-		"  - {name: denied api answers, run: [fetch, --fail, \"http://denied.test/key\"]}\n")
+		"  - {name: allowed api answers, run: [fetch, --timeout, 20s, --fail, \"http://allowed.test/ok\"]}\n" +
+		"  - {name: denied api answers, run: [fetch, --timeout, 20s, --fail, \"http://denied.test/key\"]}\n")
 	r := s.Run("", "run", "-p", p, "--", "id")
 	if r.Code != 3 || !strings.Contains(r.Stderr, "preflight check denied api answers failed") ||
 		!strings.Contains(r.Stderr, "denied.test is not allowed (no network.allow rule matches)") {
