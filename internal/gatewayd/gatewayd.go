@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -117,7 +118,8 @@ func serve(ctx context.Context, o Options) error {
 		}
 	}
 	defer log.Close()
-	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth, Secrets: o.Secrets}
+	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth, Secrets: o.Secrets,
+		SandboxNet: networkOf(o.Address)}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if err := brokering(ctx, cfg, &o); err != nil {
@@ -201,4 +203,29 @@ func runAs(o Options, u User) error {
 			return err
 		}
 	}
+}
+
+// networkOf is the network of the interface that has addr (the sandbox
+// network, for the gateway's address there), or no prefix when none has it.
+func networkOf(addr netip.Addr) netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Prefix{}
+	}
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok || ip.Unmap() != addr.Unmap() {
+			continue
+		}
+		ones, bits := n.Mask.Size()
+		if ip.Is4In6() && bits == 128 {
+			ones -= 96
+		}
+		return netip.PrefixFrom(ip.Unmap(), ones).Masked()
+	}
+	return netip.Prefix{}
 }
