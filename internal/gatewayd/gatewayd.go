@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -119,7 +120,7 @@ func serve(ctx context.Context, o Options) error {
 	}
 	defer log.Close()
 	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth, Secrets: o.Secrets,
-		SandboxNet: networkOf(o.Address)}
+		SandboxNet: resolverNetwork(networkOf(o.Address), "/etc/resolv.conf")}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if err := brokering(ctx, cfg, &o); err != nil {
@@ -226,6 +227,27 @@ func networkOf(addr netip.Addr) netip.Prefix {
 			ones -= 96
 		}
 		return netip.PrefixFrom(ip.Unmap(), ones).Masked()
+	}
+	return netip.Prefix{}
+}
+
+// resolverNetwork is net when the resolv.conf at path lists a name server
+// on it (Podman's on the sandbox network), else no prefix: the gateway then
+// asks the system's resolver as it is (Docker's lists only its own,
+// 127.0.0.11).
+func resolverNetwork(network netip.Prefix, path string) netip.Prefix {
+	b, err := os.ReadFile(path)
+	if err != nil || !network.IsValid() {
+		return netip.Prefix{}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && network.Contains(a.Unmap()) {
+			return network
+		}
 	}
 	return netip.Prefix{}
 }
