@@ -221,12 +221,14 @@ func (d *DNS) logBy(client net.Addr, name string, allowed bool, rule, reason, er
 	_ = d.Config.Log.Write(e)
 }
 
-// repeat reports whether dec was logged less than dnsTTL before now, and
-// otherwise notes that it is logged now.
+// repeat reports whether dec was logged less than dnsTTL before or after
+// now, and otherwise notes that it is logged now. After: a client's A and
+// AAAA queries, answered at once, read the clock before taking the lock,
+// so the second one here may be a few nanoseconds earlier.
 func (d *DNS) repeat(dec dnsDecision, now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if last, ok := d.logged[dec]; ok && now.Sub(last) >= 0 && now.Sub(last) < dnsTTL*time.Second {
+	if last, ok := d.logged[dec]; ok && now.Sub(last) > -dnsTTL*time.Second && now.Sub(last) < dnsTTL*time.Second {
 		return true
 	}
 	if d.logged == nil || len(d.logged) >= 4096 {

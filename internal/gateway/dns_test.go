@@ -356,3 +356,25 @@ func TestNameDecision(t *testing.T) {
 		}
 	}
 }
+
+// TestDNSRepeatOutOfOrder: a client's A and AAAA queries for one name are
+// answered at once, and the second to log may have read the clock a few
+// nanoseconds before the first: it is still one line. A decision logged
+// again after dnsTTL, either way, is a new one.
+func TestDNSRepeatOutOfOrder(t *testing.T) {
+	d := &DNS{}
+	dec := dnsDecision{name: "denied.test", reason: "no network.allow rule matches"}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if d.repeat(dec, at) {
+		t.Fatal("the first decision is a repeat")
+	}
+	if !d.repeat(dec, at.Add(-10*time.Nanosecond)) {
+		t.Error("a decision logged 10 ns later than its twin is not a repeat")
+	}
+	if !d.repeat(dec, at.Add(time.Second)) {
+		t.Error("a decision a second later is not a repeat")
+	}
+	if d.repeat(dec, at.Add(-dnsTTL*time.Second)) {
+		t.Error("a decision dnsTTL earlier (the clock went back) is a repeat")
+	}
+}

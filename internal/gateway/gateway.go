@@ -24,6 +24,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -50,8 +51,18 @@ type Config struct {
 	Profile string
 	// DenyAt is where network.deny is, as FILE:LINE; Profile when empty.
 	DenyAt string
-	// Resolve looks up an allowed name upstream. Default: net.DefaultResolver.
+	// Resolve looks up an allowed name upstream. Default: the system's
+	// resolver, without the name servers on SandboxNet.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// SandboxNet is the sandbox network the gateway serves. The system's
+	// name servers there are never asked: on Podman the host serves DNS on
+	// every network (aardvark-dns), the sandbox's too, and lists it among
+	// the gateway's name servers in an order that changes from one run to
+	// the next; a host that rejects what reaches it from a sandbox network
+	// (e2e/podman-setup.sh does) would make a lookup wait for its
+	// timeouts (the kernel rate-limits the rejections), while the
+	// servers of the gateway's other networks answer at once.
+	SandboxNet netip.Prefix
 	// Dial connects to an upstream address. Default: a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Log receives one entry per decision. Required.
@@ -105,7 +116,22 @@ func (c *Config) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 	if c.Resolve != nil {
 		return c.Resolve(ctx, host)
 	}
-	return c.lookups.resolve(ctx, host, c.now())
+	return c.lookups.resolve(ctx, c.systemResolver(), host, c.now())
+}
+
+// systemResolver is the system's resolver, without the name servers on
+// SandboxNet.
+func (c *Config) systemResolver() *net.Resolver {
+	if !c.SandboxNet.IsValid() {
+		return net.DefaultResolver
+	}
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+		if ap, err := netip.ParseAddrPort(address); err == nil && c.SandboxNet.Contains(ap.Addr().Unmap()) {
+			return nil, fmt.Errorf("the name server %s is on the sandbox network %s: not asked", address, c.SandboxNet)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}}
 }
 
 // resolveTTL is how long the gateway reuses an upstream answer. Short, so a
@@ -124,14 +150,14 @@ type cachedLookup struct {
 	expires time.Time
 }
 
-func (l *lookupCache) resolve(ctx context.Context, host string, now time.Time) ([]netip.Addr, error) {
+func (l *lookupCache) resolve(ctx context.Context, r *net.Resolver, host string, now time.Time) ([]netip.Addr, error) {
 	l.mu.Lock()
 	hit, ok := l.m[host]
 	l.mu.Unlock()
 	if ok && now.Before(hit.expires) {
 		return slices.Clone(hit.addrs), nil
 	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil, err
 	}

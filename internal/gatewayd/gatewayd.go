@@ -15,10 +15,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -117,7 +119,8 @@ func serve(ctx context.Context, o Options) error {
 		}
 	}
 	defer log.Close()
-	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth, Secrets: o.Secrets}
+	cfg := &gateway.Config{Policy: o.Policy, Profile: o.Profile, DenyAt: o.DenyAt, Log: log, Bandwidth: o.Bandwidth, Secrets: o.Secrets,
+		SandboxNet: resolverNetwork(networkOf(o.Address), "/etc/resolv.conf")}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if err := brokering(ctx, cfg, &o); err != nil {
@@ -201,4 +204,50 @@ func runAs(o Options, u User) error {
 			return err
 		}
 	}
+}
+
+// networkOf is the network of the interface that has addr (the sandbox
+// network, for the gateway's address there), or no prefix when none has it.
+func networkOf(addr netip.Addr) netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Prefix{}
+	}
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok || ip.Unmap() != addr.Unmap() {
+			continue
+		}
+		ones, bits := n.Mask.Size()
+		if ip.Is4In6() && bits == 128 {
+			ones -= 96
+		}
+		return netip.PrefixFrom(ip.Unmap(), ones).Masked()
+	}
+	return netip.Prefix{}
+}
+
+// resolverNetwork is net when the resolv.conf at path lists a name server
+// on it (Podman's on the sandbox network), else no prefix: the gateway then
+// asks the system's resolver as it is (Docker's lists only its own,
+// 127.0.0.11).
+func resolverNetwork(network netip.Prefix, path string) netip.Prefix {
+	b, err := os.ReadFile(path)
+	if err != nil || !network.IsValid() {
+		return netip.Prefix{}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && network.Contains(a.Unmap()) {
+			return network
+		}
+	}
+	return netip.Prefix{}
 }
