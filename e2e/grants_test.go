@@ -15,6 +15,10 @@ import (
 // names the grant that decided. Removed, a grant is gone at the next launch.
 func TestGrants(t *testing.T) {
 	s := newSandbox(t)
+	// Its sandboxes' names are its own: another test's propio-workspace-2,
+	// made at the same moment on the shared engine, had the same network
+	// (Podman: "requested ip address ... is already allocated").
+	s.uniqueWorkspace()
 	in := newInternet(t)
 	for _, args := range [][]string{
 		{"allow", "allowed.test:80"},      // 1: no rule of the profile allows it
