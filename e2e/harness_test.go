@@ -92,7 +92,12 @@ func makeSandbox(t *testing.T) *sandbox {
 	if real, err := filepath.EvalSymlinks(base); err == nil {
 		base = real
 	}
-	s := &sandbox{t: t, Workspace: filepath.Join(base, "workspace"), Home: filepath.Join(base, "home")}
+	// The workspace's name is the test's own, and so are its sandboxes'
+	// (propio-workspace-NAME): tests share the engine, and names are
+	// claimed in each test's own state directory, so two tests' launches
+	// of one name at the same moment met on the engine (Podman: a
+	// gateway's address already allocated in the other's network).
+	s := &sandbox{t: t, Workspace: filepath.Join(base, "workspace-"+randomID()), Home: filepath.Join(base, "home")}
 	for _, d := range []string{s.Workspace, s.Home} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
