@@ -50,27 +50,32 @@ const (
 // the host's LAN or VPN, and it is never a public address.
 var subnetPool = netip.MustParsePrefix("198.18.0.0/15")
 
-// subnetBits is the size of one sandbox network. The engine numbers its
-// containers from the lower half (ContainerRange: its bridge would take the
-// first address, the gateway takes the second, the agent one more); the
-// upper half (VirtualRange) are the gateway's virtual addresses, one per
-// allowed name the sandbox resolved, which the gateway's kernel forwards.
+// subnetBits is the size of one sandbox network. Its engine's bridge has
+// the first address and the gateway a fixed one, the second; the engine
+// numbers the other containers (the agent, and on Podman the holder of its
+// network namespace) from the second quarter (ContainerRange), so none of
+// them can be given the gateway's address before the gateway is made (a
+// namespace holder started first would otherwise get the second address,
+// and the gateway's create fail with "already allocated"). The upper half
+// (VirtualRange) are the gateway's virtual addresses, one per allowed name
+// the sandbox resolved, which the gateway's kernel forwards.
 const subnetBits = 24
 
 // ContainerRange is the part of a sandbox network the engine gives
-// containers addresses from.
-func ContainerRange(subnet netip.Prefix) netip.Prefix {
-	return netip.PrefixFrom(subnet.Masked().Addr(), subnet.Bits()+1)
-}
+// containers addresses from: its second quarter, above the gateway's
+// address and below the virtual ones.
+func ContainerRange(subnet netip.Prefix) netip.Prefix { return part(subnet, 2, 1) }
 
 // VirtualRange is the part of a sandbox network no container gets: the
 // gateway's virtual addresses.
-func VirtualRange(subnet netip.Prefix) netip.Prefix {
+func VirtualRange(subnet netip.Prefix) netip.Prefix { return part(subnet, 1, 1) }
+
+// part is the i-th of the 2^bits equal parts of subnet (from 0).
+func part(subnet netip.Prefix, bits, i int) netip.Prefix {
 	s := subnet.Masked()
 	a := s.Addr().As4()
-	half := uint32(1) << (32 - s.Bits() - 1)
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + half
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.Bits()+1)
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(i)<<(32-s.Bits()-bits)
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.Bits()+bits)
 }
 
 // PickSubnet chooses the sandbox network of project: the slot of the pool its

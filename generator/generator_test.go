@@ -393,10 +393,10 @@ func TestPickSubnet(t *testing.T) {
 	if gw := generator.GatewayAddr(netip.MustParsePrefix("198.18.7.0/24")); gw != netip.MustParseAddr("198.18.7.2") {
 		t.Fatalf("gateway address %s", gw)
 	}
-	// The engine numbers containers from the lower half; the gateway's
-	// virtual addresses are the upper half.
+	// The engine numbers containers from the second quarter, above the
+	// gateway's address; the gateway's virtual addresses are the upper half.
 	s := netip.MustParsePrefix("198.18.7.0/24")
-	if c, v := generator.ContainerRange(s), generator.VirtualRange(s); c.String() != "198.18.7.0/25" || v.String() != "198.18.7.128/25" {
+	if c, v := generator.ContainerRange(s), generator.VirtualRange(s); c.String() != "198.18.7.64/26" || c.Contains(generator.GatewayAddr(s)) || v.String() != "198.18.7.128/25" {
 		t.Fatalf("container range %s, virtual range %s", c, v)
 	}
 }
