@@ -22,17 +22,32 @@ import (
 // an address on the sandbox's internal network, and serves DNS there: the
 // egress tests, which .ci/run runs on Podman too, show that neither is
 // reachable). The agent holds no capability to lift the fence, and nothing
-// is left after the run. CI runs this file's tests with DOCKER_HOST at
-// Podman's socket.
+// is left after the run; the holder is made once. CI runs this file's
+// tests with DOCKER_HOST at Podman's socket.
 func TestPodmanAllowlistFenced(t *testing.T) {
 	s := newSandbox(t)
 	if !testenv.EnginePodman(t) {
 		t.Skip("the engine is Docker: .ci/run runs this test on Podman")
 	}
 	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
+	since := time.Now()
 	r := s.Run("", "run", "-p", p, "--", "id")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "cwd=/workspace") {
 		t.Fatalf("an allowlist sandbox on Podman:\n%s", r)
+	}
+	// The namespace's holder is made once: the one whose fence the launcher
+	// checked is the one the agent joins. (Podman names a container's
+	// network by its name where Docker gives its ID, and the Compose SDK
+	// took the holder for one on the wrong network, and made it again after
+	// the check.)
+	created, err := docker("events", "--since", strconv.FormatInt(since.Unix(), 10), "--until", strconv.FormatInt(time.Now().Unix()+1, 10),
+		"--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "event=create",
+		"--format", `{{index .Actor.Attributes "com.docker.compose.service"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(created); strings.Join(got, " ") != "netns gateway agent" {
+		t.Errorf("containers made for one run, by service: %q, want netns, gateway, agent, once each", got)
 	}
 	// The agent's capabilities, as the engine has them: none to add.
 	l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")

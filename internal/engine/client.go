@@ -168,3 +168,42 @@ func (c *apiClient) ContainerKill(ctx context.Context, id string, opts client.Co
 	}
 	return res, err
 }
+
+// ContainerList gives each container's networks by their IDs. Podman
+// (4.3's Docker-compatible API) names a container's network by its name
+// where the ID belongs; the Compose SDK, which compares a running
+// container's networks with the IDs of the project's, would then take every
+// running service for one on the wrong network, and recreate it: the holder
+// of an allowlist sandbox's network namespace, say, after its fence was
+// checked, with the gateway's address taken meanwhile.
+func (c *apiClient) ContainerList(ctx context.Context, opts client.ContainerListOptions) (client.ContainerListResult, error) {
+	res, err := c.APIClient.ContainerList(ctx, opts)
+	if err != nil {
+		return res, err
+	}
+	var ids map[string]string // network name -> ID, asked once when needed
+	for _, s := range res.Items {
+		if s.NetworkSettings == nil {
+			continue
+		}
+		for name, ep := range s.NetworkSettings.Networks {
+			if ep == nil || ep.NetworkID != name {
+				continue
+			}
+			if ids == nil {
+				nets, err := c.APIClient.NetworkList(ctx, client.NetworkListOptions{})
+				if err != nil {
+					return res, err
+				}
+				ids = map[string]string{}
+				for _, n := range nets.Items {
+					ids[n.Name] = n.ID
+				}
+			}
+			if id, ok := ids[name]; ok {
+				ep.NetworkID = id
+			}
+		}
+	}
+	return res, nil
+}
