@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/testenv"
 	"go.yaml.in/yaml/v3"
 )
@@ -674,6 +675,35 @@ func TestAllowlistParallel(t *testing.T) {
 	}
 	if got := strings.Count(in.Logs("alpha"), "/parallel"); got != n {
 		t.Errorf("the server saw %d requests, want %d", got, n)
+	}
+}
+
+// TestAllowlistForeignNetwork: a network that has the name of the sandbox's
+// network, which the launch did not make (a network of the user's, here one
+// with a way out), is not joined: the run is refused, naming the network
+// and what to do, before any container is made; the network is left as it
+// was.
+func TestAllowlistForeignNetwork(t *testing.T) {
+	s := newSandbox(t)
+	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
+	network := generator.ProjectName(s.Workspace, "") + "_" + generator.SandboxNetwork
+	if out, err := docker("network", "create", "--label", "dev.propio-sandbox.e2e=1", network); err != nil {
+		t.Fatalf("making the user's network: %v: %s", err, out)
+	}
+	t.Cleanup(func() { testenv.RemoveNetwork(t, network) })
+	r := s.Run("", "run", "-p", p, "--", "id")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "network "+network+" exists already, made by something other than propio-sandbox") || !strings.Contains(r.Stderr, "docker network rm "+network) {
+		t.Fatalf("a run whose network name is taken by the user's network:\n%s", r)
+	}
+	if strings.Contains(r.Stdout, "uid=") {
+		t.Errorf("the sandbox's command ran:\n%s", r)
+	}
+	if left := s.Leftovers(); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	attached, err := docker("network", "inspect", "-f", "{{len .Containers}} {{.Internal}}", network)
+	if err != nil || strings.TrimSpace(attached) != "0 false" {
+		t.Errorf("the user's network after the run: %q, %v; want it as made (no container, not internal)", attached, err)
 	}
 }
 

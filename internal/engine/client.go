@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -165,6 +166,19 @@ func (c *apiClient) ContainerKill(ctx context.Context, id string, opts client.Co
 		if f != nil {
 			f(opts.Signal)
 		}
+	}
+	return res, err
+}
+
+// NetworkCreate says that a network of the name was made meanwhile by
+// someone else, which the Compose SDK would take for its own (it takes a
+// conflict for "made by a concurrent compose up" and goes on): a sandbox
+// network is made for one run, never shared (Engine.networksOurs).
+func (c *apiClient) NetworkCreate(ctx context.Context, name string, opts client.NetworkCreateOptions) (client.NetworkCreateResult, error) {
+	res, err := c.APIClient.NetworkCreate(ctx, name, opts)
+	if err != nil && cerrdefs.IsConflict(err) {
+		// Not wrapped: the SDK must not see a conflict.
+		return res, fmt.Errorf("network %s was made by another launcher or program while this sandbox was starting (%v): run again", name, err)
 	}
 	return res, err
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/compose-spec/compose-go/v2/types"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/cli/cli"
 	"github.com/docker/compose/v5/pkg/api"
 	"github.com/docker/compose/v5/pkg/compose"
@@ -58,6 +60,9 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 		e.api.whenStarted(o.Started)
 		defer e.api.whenStarted(nil)
 	}
+	if err := e.networksOurs(ctx, project); err != nil {
+		return 0, err
+	}
 	code, err := svc.RunOneOffContainer(ctx, project, api.RunOptions{
 		Project: project,
 		Service: o.Service,
@@ -85,6 +90,9 @@ func (e *Engine) Run(ctx context.Context, project *types.Project, o backend.RunS
 // sandbox that will use it.
 func (e *Engine) Up(ctx context.Context, project *types.Project) error {
 	project = withComposeLabels(project)
+	if err := e.networksOurs(ctx, project); err != nil {
+		return err
+	}
 	if err := e.compose.Create(ctx, project, api.CreateOptions{}); err != nil {
 		return runError(err, false)
 	}
@@ -147,6 +155,43 @@ func runError(err error, storageOpt bool) error {
 		return classified{err, backend.ErrSubnetTaken}
 	}
 	return err
+}
+
+// networksOurs refuses a project whose networks (those it makes: not
+// external) exist already but were not made for it: by this launcher, or
+// for the persistent sandbox it is. The Compose SDK would use a network
+// of the name whoever made it, and the sandbox would share another's
+// network: another launcher's sandbox of the same name (two launchers
+// whose name locks are in different places, or on different hosts,
+// claiming the name at the same moment), or a network of the user's.
+// One made between this look and the SDK's create is refused by the
+// client's NetworkCreate.
+func (e *Engine) networksOurs(ctx context.Context, project *types.Project) error {
+	for _, n := range project.Networks {
+		if n.External {
+			continue
+		}
+		res, err := e.cli.Client().NetworkInspect(ctx, n.Name, client.NetworkInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("looking for network %s: %w", n.Name, err)
+		}
+		if got := res.Network.Labels; networkOwner(got) != networkOwner(n.Labels) {
+			by := "by something other than propio-sandbox"
+			if got[LabelPID] != "" {
+				by = fmt.Sprintf("for another sandbox of the name (launcher pid %s on host %s)", got[LabelPID], cmp.Or(got[LabelHost], "?"))
+			}
+			return fmt.Errorf("network %s exists already, made %s: this sandbox does not join it; run again, which picks another name while that sandbox runs, or remove the network (docker network rm %s) if nothing uses it", n.Name, by, n.Name)
+		}
+	}
+	return nil
+}
+
+// networkOwner is whom a network's labels say it was made for.
+func networkOwner(labels map[string]string) string {
+	return labels[LabelPID] + "@" + labels[LabelHost] + "#" + labels[backend.LabelKeepID]
 }
 
 // classified is an engine's error that is one of the backend's sentinels,
