@@ -270,38 +270,65 @@ func TestKubeRunAllowlist(t *testing.T) {
 	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
 }
 
-// TestKubeLaunchAllowlist runs `propio-sandbox run --engine kubernetes`
-// with an allowlist: the launcher makes the gateway's Pod (its own image,
-// loaded into the node) and the sandbox's behind it. The test's internet
-// is its server Pod behind a Service of the test's namespace, which the
-// gateway resolves by the cluster's DNS (a name of the test cluster's
-// own). From inside: the allowed name answers through the proxy and by
-// name, the API server's name is denied by a deny rule, the server's
-// address and the API server's Service are out of reach; exit 7, nothing
-// left.
-func TestKubeLaunchAllowlist(t *testing.T) {
+// allowlistLaunch is what a test of `run --engine kubernetes` with an
+// allowlist has: the cluster, the test's namespace, its internet (the
+// server Pod at serverIP, behind the Service "internet" of the
+// namespace, whose name the gateway resolves by the cluster's DNS: a name
+// of the test cluster's own) and a profile (prof) that allows that name
+// (allowed) on 8080 and denies the API server's name (deniedName).
+type allowlistLaunch struct {
+	c                    *kubeapi.Client
+	kubeconfig, ns, prof string
+	serverIP, allowed    string
+}
+
+// deniedName is the name the allowlist launches' profile denies.
+const deniedName = "kubernetes.default.svc.cluster.local"
+
+// newAllowlistLaunch makes an allowlistLaunch: the sandbox's and the
+// gateway's images loaded into the node, the namespace, the internet.
+func newAllowlistLaunch(t *testing.T) *allowlistLaunch {
+	t.Helper()
 	c, kubeconfig := testenv.Kube(t)
 	launcher := testenv.Launcher(t)
 	loadImage(t, agentImage)
 	loadImage(t, testenv.GatewayImage(t, launcher))
 	ns := namespace(t, c)
 	serverIP := internet(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	svc := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"internet"},"spec":{"selector":{"propio-test":"internet"},"ports":[{"port":8080,"targetPort":8080}]}}`
 	if _, err := c.Create(ctx, ns, []byte(svc), kubeapi.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	allowed := "internet." + ns + ".svc.cluster.local"
-	prof := smallProfile(t, "offline", fmt.Sprintf("network: {mode: allowlist, allow: [%q], deny: [kubernetes.default.svc.cluster.local]}\n", allowed+":8080"))
+	prof := smallProfile(t, "offline", fmt.Sprintf("network: {mode: allowlist, allow: [%q], deny: [%s]}\n", allowed+":8080", deniedName))
+	return &allowlistLaunch{c: c, kubeconfig: kubeconfig, ns: ns, prof: prof, serverIP: serverIP, allowed: allowed}
+}
+
+// run is the launcher's `run --engine kubernetes` of the profile in the
+// namespace, with the directories of home, running bash -c script.
+func (a *allowlistLaunch) run(t *testing.T, ws, home, script string) *exec.Cmd {
+	t.Helper()
+	return launcherIn(t, a.kubeconfig, ws, home, "run", "--engine", "kubernetes", "-n", a.ns, "-p", a.prof, "--", "bash", "-c", script)
+}
+
+// TestKubeLaunchAllowlist runs `propio-sandbox run --engine kubernetes`
+// with an allowlist (allowlistLaunch): the launcher makes the gateway's
+// Pod (its own image, loaded into the node) and the sandbox's behind it.
+// From inside: the allowed name answers through the proxy and by name,
+// the API server's name is denied by a deny rule, the server's address
+// and the API server's Service are out of reach; exit 7, nothing left.
+func TestKubeLaunchAllowlist(t *testing.T) {
+	a := newAllowlistLaunch(t)
 	ws := kubeWorkspace(t, "kubeallow")
-	attack := `curl -s -m 10 http://` + allowed + `:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
-curl -s -m 10 --noproxy '*' http://` + allowed + `:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
-curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://kubernetes.default.svc.cluster.local:443/
-timeout 5 bash -c 'exec 3<>/dev/tcp/` + serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
+	attack := `curl -s -m 10 http://` + a.allowed + `:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
+curl -s -m 10 --noproxy '*' http://` + a.allowed + `:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
+curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://` + deniedName + `:443/
+timeout 5 bash -c 'exec 3<>/dev/tcp/` + a.serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
 timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' 2>/dev/null && echo api-open || echo api-denied
 exit 7`
-	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", prof, "--", "bash", "-c", attack)
+	cmd := a.run(t, ws, t.TempDir(), attack)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -326,5 +353,5 @@ exit 7`
 			t.Errorf("the sandbox did not say %q\nstderr:\n%s", want, stderr.String())
 		}
 	}
-	waitSelectedGone(t, c, ns, managed, 30*time.Second)
+	waitSelectedGone(t, a.c, a.ns, managed, 30*time.Second)
 }
