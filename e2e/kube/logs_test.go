@@ -184,6 +184,9 @@ exit 0`
 	}
 	table := string(logs())
 	t.Logf("logs:\n%s", table)
+	if rows := strings.Count(table, "\n"); rows != len(after)+1 {
+		t.Errorf("logs printed %d lines for %d decisions and its heading: a name printed a row of its own", rows, len(after))
+	}
 	for _, want := range []string{
 		` allowed +rule +\S+ +(GET )?` + regexp.QuoteMeta(a.allowed+":8080") + ` `,
 		` denied +rule +\S+ +(GET )?` + regexp.QuoteMeta(deniedName+":443") + ` `,
