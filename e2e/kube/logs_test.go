@@ -3,11 +3,14 @@ package kube
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,7 +94,10 @@ func decided(entries []decisionlog.Entry, host string, allowed bool) bool {
 // the input ends and the run with it (exit 0, nothing left on the
 // cluster), `logs` and `logs --json` show both, the log on the host holds
 // nothing but its header and whole decisions, and none of them is the
-// forged one.
+// forged one (which is one denied DNS decision, on one row of logs). A
+// second run, ended by SIGTERM while its command runs (exit 143, nothing
+// left, no warning about the log), keeps the decision it made in its own
+// log, which is the latest.
 func TestKubeLaunchAllowlistLogs(t *testing.T) {
 	a := newAllowlistLaunch(t)
 	ws := kubeWorkspace(t, "kubelogs")
@@ -231,5 +237,60 @@ exit 0`
 	}
 	if !forged {
 		t.Errorf("no denied DNS decision names the forging query: the attack did not reach the log\n%+v", after)
+	}
+
+	// A run ended by a signal keeps what was copied of its log, and its
+	// follow does not hold the end up.
+	cmd = a.run(t, ws, home, `curl -s -m 10 -o /dev/null -w 'again:%{http_code}\n' http://`+a.allowed+`:8080/
+echo requests-made
+exec sleep 600`)
+	var out2, err2 lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out2, &err2
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	name := waitSandboxRunning(t, a.c, a.ns, done, 2*time.Minute)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out2.String(), "requests-made\n"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second sandbox did not make its request within a minute\nstdout:\n%s\nstderr:\n%s", out2.String(), err2.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !decided(logEntries(t, logs("--json", name)), a.allowed, true); {
+		if time.Now().After(deadline) {
+			t.Fatalf("during the second run, logs --json %s did not show its decision within 20 s", name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	signalled := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err // for the cleanup
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 128+15 {
+			t.Errorf("run after SIGTERM: %v, want exit status 143\nstderr:\n%s", err, err2.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", err2.String())
+	}
+	t.Logf("the signalled run ended %v after SIGTERM", time.Since(signalled).Round(time.Millisecond))
+	if strings.Contains(err2.String(), "decision log") {
+		t.Errorf("the launcher warned about the log:\n%s", err2.String())
+	}
+	waitSelectedGone(t, a.c, a.ns, managed, 30*time.Second)
+	if got := logEntries(t, logs("--json", name)); !decided(got, a.allowed, true) {
+		t.Errorf("after the signalled run, logs --json %s lacks its decision:\n%+v", name, got)
+	}
+	if got := logEntries(t, logs("--json")); !decided(got, a.allowed, true) || decided(got, deniedName, false) {
+		t.Errorf("logs --json shows another run's decisions than the latest's:\n%+v", got)
 	}
 }
