@@ -112,6 +112,28 @@ func checkGatewayAttack(t *testing.T, got string) {
 	}
 }
 
+// gatewayWorld is what every allowlist test on the cluster starts with:
+// the cluster, the launcher, the sandbox's image and the gateway's (the
+// launcher's, built into Docker when missing) loaded into the node, the
+// test's namespace, and the test's internet (internet) at serverIP.
+type gatewayWorld struct {
+	c                        *kubeapi.Client
+	kubeconfig, launcher, ns string
+	gwImage, serverIP        string
+}
+
+// newGatewayWorld makes a gatewayWorld.
+func newGatewayWorld(t *testing.T) gatewayWorld {
+	t.Helper()
+	c, kubeconfig := testenv.Kube(t)
+	launcher := testenv.Launcher(t)
+	loadImage(t, agentImage)
+	gwImage := testenv.GatewayImage(t, launcher)
+	loadImage(t, gwImage)
+	ns := namespace(t, c)
+	return gatewayWorld{c: c, kubeconfig: kubeconfig, launcher: launcher, ns: ns, gwImage: gwImage, serverIP: internet(t, c, ns)}
+}
+
 // TestKubeRenderedGateway creates the objects render prints for an
 // allowlist (the address of the gateway's Pod put where render shows
 // its placeholder, as run is to do) and attacks from inside the sandbox.
@@ -124,16 +146,10 @@ func checkGatewayAttack(t *testing.T, got string) {
 // cluster's DNS Service and its names are out of reach (the
 // NetworkPolicy: the sandbox reaches its gateway alone).
 func TestKubeRenderedGateway(t *testing.T) {
-	c, _ := testenv.Kube(t)
-	launcher := testenv.Launcher(t)
-	loadImage(t, agentImage)
-	gwImage := testenv.GatewayImage(t, launcher)
-	loadImage(t, gwImage)
-	ns := namespace(t, c)
+	w := newGatewayWorld(t)
+	c, launcher, gwImage, ns, serverIP := w.c, w.launcher, w.gwImage, w.ns, w.serverIP
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	serverIP := internet(t, c, ns)
 
 	ws := workspace(t)
 	prof := allowProfile(t)
@@ -227,14 +243,9 @@ func TestKubeRenderedGateway(t *testing.T) {
 // attacks as TestKubeRenderedGateway's hold, the exit code comes back,
 // and nothing is left, the gateway's Pod included.
 func TestKubeRunAllowlist(t *testing.T) {
-	c, _ := testenv.Kube(t)
-	launcher := testenv.Launcher(t)
-	loadImage(t, agentImage)
-	gwImage := testenv.GatewayImage(t, launcher)
-	loadImage(t, gwImage)
-	ns := namespace(t, c)
+	w := newGatewayWorld(t)
+	c, gwImage, ns, serverIP := w.c, w.gwImage, w.ns, w.serverIP
 	cl := kube.New(c, ns)
-	serverIP := internet(t, c, ns)
 
 	dir := filepath.Join(t.TempDir(), "kubeallow")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -271,39 +282,33 @@ func TestKubeRunAllowlist(t *testing.T) {
 }
 
 // allowlistLaunch is what a test of `run --engine kubernetes` with an
-// allowlist has: the cluster, the test's namespace, its internet (the
-// server Pod at serverIP, behind the Service "internet" of the
-// namespace, whose name the gateway resolves by the cluster's DNS: a name
-// of the test cluster's own) and a profile (prof) that allows that name
-// (allowed) on 8080 and denies the API server's name (deniedName).
+// allowlist has: a gatewayWorld whose internet (the server Pod at
+// serverIP) is behind the Service "internet" of the namespace (whose
+// name the gateway resolves by the cluster's DNS: a name of the test
+// cluster's own), and a profile (prof) that allows that name (allowed)
+// on 8080 and denies the API server's name (deniedName).
 type allowlistLaunch struct {
-	c                    *kubeapi.Client
-	kubeconfig, ns, prof string
-	serverIP, allowed    string
+	gatewayWorld
+	prof, allowed string
 }
 
 // deniedName is the name the allowlist launches' profile denies.
 const deniedName = "kubernetes.default.svc.cluster.local"
 
-// newAllowlistLaunch makes an allowlistLaunch: the sandbox's and the
-// gateway's images loaded into the node, the namespace, the internet.
+// newAllowlistLaunch makes an allowlistLaunch: a gatewayWorld, the
+// Service, the profile.
 func newAllowlistLaunch(t *testing.T) *allowlistLaunch {
 	t.Helper()
-	c, kubeconfig := testenv.Kube(t)
-	launcher := testenv.Launcher(t)
-	loadImage(t, agentImage)
-	loadImage(t, testenv.GatewayImage(t, launcher))
-	ns := namespace(t, c)
-	serverIP := internet(t, c, ns)
+	w := newGatewayWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	svc := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"internet"},"spec":{"selector":{"propio-test":"internet"},"ports":[{"port":8080,"targetPort":8080}]}}`
-	if _, err := c.Create(ctx, ns, []byte(svc), kubeapi.CreateOptions{}); err != nil {
+	if _, err := w.c.Create(ctx, w.ns, []byte(svc), kubeapi.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	allowed := "internet." + ns + ".svc.cluster.local"
+	allowed := "internet." + w.ns + ".svc.cluster.local"
 	prof := smallProfile(t, "offline", fmt.Sprintf("network: {mode: allowlist, allow: [%q], deny: [%s]}\n", allowed+":8080", deniedName))
-	return &allowlistLaunch{c: c, kubeconfig: kubeconfig, ns: ns, prof: prof, serverIP: serverIP, allowed: allowed}
+	return &allowlistLaunch{gatewayWorld: w, prof: prof, allowed: allowed}
 }
 
 // run is the launcher's `run --engine kubernetes` of the profile in the
