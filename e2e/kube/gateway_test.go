@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/kube"
 	"github.com/propio/propio-sandbox/internal/kubeapi"
 	"github.com/propio/propio-sandbox/internal/testenv"
@@ -241,7 +243,9 @@ func TestKubeRenderedGateway(t *testing.T) {
 // gateway's Pod first, the sandbox's naming the gateway's address once it
 // has one, the policy's hold probed before the command starts. The same
 // attacks as TestKubeRenderedGateway's hold, the exit code comes back,
-// and nothing is left, the gateway's Pod included.
+// the gateway's decision log comes out of its Pod (GatewayLog) with the
+// allowed and the denied name, and nothing is left, the gateway's Pod
+// included.
 func TestKubeRunAllowlist(t *testing.T) {
 	w := newGatewayWorld(t)
 	c, gwImage, ns, serverIP := w.c, w.gwImage, w.ns, w.serverIP
@@ -257,18 +261,20 @@ func TestKubeRunAllowlist(t *testing.T) {
 	}
 	objs.Gateway.Spec.Containers[0].Image = gwImage
 	objs.Gateway.Spec.HostAliases = internetAliases(serverIP)
-	var out bytes.Buffer
+	var out, log bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
 	var first time.Duration
 	code, err := cl.Run(ctx, kube.RunSpec{
-		Objects:   objs,
-		Env:       func(string) (string, bool) { return "", false },
-		Workspace: bytes.NewReader(workspaceTar(t, dir)),
-		Streams:   kube.Streams{Out: &out},
-		Started:   func() { first = time.Since(start) },
-		Warn:      func(w string) { t.Errorf("run warned: %s", w) },
+		Objects:          objs,
+		Env:              func(string) (string, bool) { return "", false },
+		Workspace:        bytes.NewReader(workspaceTar(t, dir)),
+		Streams:          kube.Streams{Out: &out},
+		Started:          func() { first = time.Since(start) },
+		Warn:             func(w string) { t.Errorf("run warned: %s", w) },
+		GatewayLog:       &log,
+		GatewayLogFollow: objs.GatewayLogFollow(gatewayimage.Binary),
 	})
 	if err != nil {
 		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
@@ -278,6 +284,20 @@ func TestKubeRunAllowlist(t *testing.T) {
 		t.Errorf("exit code %d, want 7", code)
 	}
 	checkGatewayAttack(t, out.String())
+	// The gateway's log came out of its Pod, whole, before the Pod went.
+	var entries []decisionlog.Entry
+	if err := decisionlog.NewWriter(io.Discard).CopyFrom(bytes.NewReader(log.Bytes())); err != nil || !bytes.HasSuffix(log.Bytes(), []byte("\n")) {
+		t.Errorf("the gateway's log that came out is not whole entries: %v\n%s", err, log.String())
+	}
+	for _, line := range bytes.Split(bytes.TrimSpace(log.Bytes()), []byte("\n")) {
+		var e decisionlog.Entry
+		if json.Unmarshal(line, &e) == nil {
+			entries = append(entries, e)
+		}
+	}
+	if !decided(entries, "allowed.test", true) || !decided(entries, "denied.test", false) {
+		t.Errorf("the gateway's log that came out lacks allowed.test allowed or denied.test denied:\n%s", log.String())
+	}
 	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
 }
 
