@@ -15,15 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// gitEnv is the host git's environment in these tests: no user or system
-// configuration of the machine, an identity, no prompts.
-func gitEnv(home string) []string {
-	return append(os.Environ(), "HOME="+home, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@x.test", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@x.test",
-		"GIT_TERMINAL_PROMPT=0", "GIT_EDITOR=true")
-}
+	"github.com/propio/propio-sandbox/internal/testenv"
+)
 
 // hostGit runs the host's git in dir and returns its output and error.
 func hostGit(s *sandbox, dir string, args ...string) (string, error) {
@@ -31,7 +25,7 @@ func hostGit(s *sandbox, dir string, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = gitEnv(s.Home)
+	cmd.Env = testenv.GitEnv(s.Home)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -70,15 +64,7 @@ func marker(t *testing.T) (path, payload string) {
 // exist. Failures of the commands themselves do not matter here.
 func useHostGit(t *testing.T, s *sandbox, dir, mark string) {
 	t.Helper()
-	for _, args := range [][]string{
-		{"status"}, {"diff", "HEAD"}, {"log", "-1"}, {"commit", "-q", "--allow-empty", "-m", "after the sandbox"},
-		{"st"}, {"rebase", "--continue"}, {"fetch", "-q", "origin"},
-	} {
-		hostGit(s, dir, args...)
-	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatalf("the host's git ran a command the sandbox wrote (%s exists)", mark)
-	}
+	testenv.UseHostGit(t, dir, s.Home, mark)
 }
 
 // fakeGitDir are probe operations making a git directory at dir that git
@@ -89,12 +75,6 @@ func fakeGitDir(dir, config string) []string {
 		"write " + dir + "/HEAD ref: refs/heads/main\n",
 		"write " + dir + "/config " + config,
 	}
-}
-
-// evilConfig is a git configuration that runs payload in every way it can.
-func evilConfig(payload string) string {
-	return "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = " + payload +
-		"\n\thooksPath = hooks-of-the-sandbox\n[alias]\n\tst = !" + payload + "\n[remote \"origin\"]\n\turl = /nonexistent\n\tuploadpack = " + payload + "\n"
 }
 
 // probeFS runs probe fs operations in a sandbox of profile p.
@@ -139,7 +119,7 @@ func TestGitGuard(t *testing.T) {
 	t.Run("commondir to a copy of .git", func(t *testing.T) {
 		t.Parallel()
 		s, mark, payload, p := gitCase(t, true)
-		r := probeFS(s, p, "cpr .git copy-of-git", "write copy-of-git/config "+evilConfig(payload), "write .git/commondir ../copy-of-git")
+		r := probeFS(s, p, "cpr .git copy-of-git", "write copy-of-git/config "+testenv.EvilGitConfig(payload), "write .git/commondir ../copy-of-git")
 		probeOK(t, r, "done 3")
 		wantReported(t, r, ".git/commondir", "copy-of-git/config")
 		if _, err := os.Lstat(filepath.Join(s.Workspace, ".git", "commondir")); err == nil {
@@ -157,8 +137,8 @@ func TestGitGuard(t *testing.T) {
 		probeFails(t, probeFS(s, p, "symlink /tmp .git-link", "mv .git-link .git"), "")
 		probeFails(t, probeFS(s, p, "rmrf .git"), "")
 		// The configuration cannot be replaced by a rename either.
-		probeFails(t, probeFS(s, p, "write .git/config.new "+evilConfig(payload), "mv .git/config.new .git/config"), "")
-		probeFails(t, probeFS(s, p, "write .git/config "+evilConfig(payload)), "read-only file system")
+		probeFails(t, probeFS(s, p, "write .git/config.new "+testenv.EvilGitConfig(payload), "mv .git/config.new .git/config"), "")
+		probeFails(t, probeFS(s, p, "write .git/config "+testenv.EvilGitConfig(payload)), "read-only file system")
 		if fi, err := os.Lstat(filepath.Join(s.Workspace, ".git")); err != nil || !fi.IsDir() {
 			t.Fatalf(".git is not the directory it was: %v", err)
 		}
@@ -202,10 +182,10 @@ func TestGitGuard(t *testing.T) {
 	t.Run("a repository of the sandbox's own", func(t *testing.T) {
 		t.Parallel()
 		s, mark, payload, p := gitCase(t, true)
-		ops := append(fakeGitDir("sub/.git", evilConfig(payload)), "write sub/.git/hooks/pre-commit #!/bin/sh\n"+payload+"\n", "chmod 755 sub/.git/hooks/pre-commit")
+		ops := append(fakeGitDir("sub/.git", testenv.EvilGitConfig(payload)), "write sub/.git/hooks/pre-commit #!/bin/sh\n"+payload+"\n", "chmod 755 sub/.git/hooks/pre-commit")
 		// A directory made to look like a bare repository, and a .git file
 		// leading out of the workspace.
-		ops = append(ops, fakeGitDir("pkg", evilConfig(payload))...)
+		ops = append(ops, fakeGitDir("pkg", testenv.EvilGitConfig(payload))...)
 		ops = append(ops, "mkdir other", "write other/.git gitdir: /etc")
 		r := probeFS(s, p, ops...)
 		probeOK(t, r, "done")
@@ -218,7 +198,7 @@ func TestGitGuard(t *testing.T) {
 	t.Run("a workspace that was no repository", func(t *testing.T) {
 		t.Parallel()
 		s, mark, payload, p := gitCase(t, false)
-		r := probeFS(s, p, append(fakeGitDir(".git", evilConfig(payload)), "write .git/hooks/post-checkout #!/bin/sh\n"+payload+"\n")...)
+		r := probeFS(s, p, append(fakeGitDir(".git", testenv.EvilGitConfig(payload)), "write .git/hooks/post-checkout #!/bin/sh\n"+payload+"\n")...)
 		probeOK(t, r, "done")
 		wantReported(t, r, ".git/config", ".git/hooks/post-checkout")
 		useHostGit(t, s, s.Workspace, mark)
@@ -251,7 +231,7 @@ func TestGitGuard(t *testing.T) {
 		for _, op := range []string{
 			"write .git/worktrees/" + id + "/commondir ../../../copy",
 			"write .git/worktrees/" + id + "/config.worktree [core]\n\tfsmonitor = " + payload + "\n",
-			"write .git/modules/lib/config " + evilConfig(payload),
+			"write .git/modules/lib/config " + testenv.EvilGitConfig(payload),
 			"write .git/modules/lib/hooks/pre-commit #!/bin/sh\n" + payload + "\n",
 		} {
 			probeFails(t, probeFS(s, p, op), "")
@@ -331,7 +311,7 @@ func TestGitGuardKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := s.Command(ctx, "run", "-p", p, "--", "fs", "write .git/commondir ../evil", "mkdir evil/objects", "mkdir evil/refs",
-		"write evil/HEAD ref: refs/heads/main\n", "write evil/config "+evilConfig(payload), "sleep 1h")
+		"write evil/HEAD ref: refs/heads/main\n", "write evil/config "+testenv.EvilGitConfig(payload), "sleep 1h")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +349,7 @@ func TestGitGuardChangesetApply(t *testing.T) {
 	gitRepo(t, s)
 	mark, payload := marker(t)
 	p := s.Profile(probeOffline)
-	r := s.Run("", append([]string{"run", "--changeset", "-p", p, "--", "fs"}, append(fakeGitDir("nested/.git", evilConfig(payload)), "write nested/.git/hooks/pre-commit #!/bin/sh\n"+payload+"\n")...)...)
+	r := s.Run("", append([]string{"run", "--changeset", "-p", p, "--", "fs"}, append(fakeGitDir("nested/.git", testenv.EvilGitConfig(payload)), "write nested/.git/hooks/pre-commit #!/bin/sh\n"+payload+"\n")...)...)
 	probeOK(t, r, "done")
 	r = s.Run("", "apply")
 	if r.Code != 0 {

@@ -249,6 +249,28 @@ func (k *kubeBuild) objects() (*KubeObjects, error) {
 	return out, nil
 }
 
+// GatewayLogFollow is the command that copies the decision log of the
+// allowlist's gateway out of its Pod (the log is in a volume there) as it
+// grows, until the command's standard input ends: the hidden subcommand
+// gateway-log of binary, the entrypoint of the gateway's image, on the file
+// the gateway's --log names. It returns nil when there is no gateway.
+func (o *KubeObjects) GatewayLogFollow(binary string) []string {
+	if o.Gateway == nil {
+		return nil
+	}
+	for _, c := range o.Gateway.Spec.Containers {
+		if c.Name != GatewayService {
+			continue
+		}
+		for i, a := range c.Args {
+			if a == "--log" && i+1 < len(c.Args) {
+				return []string{binary, "gateway-log", c.Args[i+1]}
+			}
+		}
+	}
+	return nil
+}
+
 // SetGatewayAddress makes the sandbox's Pod name addr as its gateway's
 // address (its resolver, its proxy variables) in place of the one it
 // names (KubeGatewayPlaceholder, in render's objects): run knows it once

@@ -143,6 +143,9 @@ func TestKubernetesOffline(t *testing.T) {
 	if len(objs.Policies) != 1 {
 		t.Fatalf("network none: %d policies, want 1", len(objs.Policies))
 	}
+	if cmd := objs.GatewayLogFollow("/bin"); cmd != nil {
+		t.Errorf("no gateway, and GatewayLogFollow is %q", cmd)
+	}
 	pol := objs.Policies[0].Spec
 	if !slices.Equal(pol.PolicyTypes, []string{"Ingress", "Egress"}) || len(pol.Ingress) != 0 || len(pol.Egress) != 0 {
 		t.Errorf("network none: policy %+v, want Ingress and Egress with no rule", pol)
@@ -439,6 +442,9 @@ func TestKubernetesAllowlist(t *testing.T) {
 		sec := gw.Containers[0].SecurityContext
 		if !sec.ReadOnlyRootFilesystem || sec.AllowPrivilegeEscalation || !slices.Equal(sec.Capabilities.Drop, []string{"ALL"}) || len(sec.Capabilities.Add) != 0 || gw.AutomountServiceAccountToken {
 			t.Errorf("gateway security %+v, token %v", sec, gw.AutomountServiceAccountToken)
+		}
+		if got, want := objs.GatewayLogFollow("/bin"), []string{"/bin", "gateway-log", "/log/" + project + ".jsonl"}; !slices.Equal(got, want) {
+			t.Errorf("GatewayLogFollow is %q, want %q", got, want)
 		}
 		roles := map[string]generator.KubeNetworkPolicySpec{}
 		for _, pol := range objs.Policies {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/kube"
 	"github.com/propio/propio-sandbox/internal/kubeapi"
 	"github.com/propio/propio-sandbox/internal/testenv"
@@ -112,6 +114,28 @@ func checkGatewayAttack(t *testing.T, got string) {
 	}
 }
 
+// gatewayWorld is what every allowlist test on the cluster starts with:
+// the cluster, the launcher, the sandbox's image and the gateway's (the
+// launcher's, built into Docker when missing) loaded into the node, the
+// test's namespace, and the test's internet (internet) at serverIP.
+type gatewayWorld struct {
+	c                        *kubeapi.Client
+	kubeconfig, launcher, ns string
+	gwImage, serverIP        string
+}
+
+// newGatewayWorld makes a gatewayWorld.
+func newGatewayWorld(t *testing.T) gatewayWorld {
+	t.Helper()
+	c, kubeconfig := testenv.Kube(t)
+	launcher := testenv.Launcher(t)
+	loadImage(t, agentImage)
+	gwImage := testenv.GatewayImage(t, launcher)
+	loadImage(t, gwImage)
+	ns := namespace(t, c)
+	return gatewayWorld{c: c, kubeconfig: kubeconfig, launcher: launcher, ns: ns, gwImage: gwImage, serverIP: internet(t, c, ns)}
+}
+
 // TestKubeRenderedGateway creates the objects render prints for an
 // allowlist (the address of the gateway's Pod put where render shows
 // its placeholder, as run is to do) and attacks from inside the sandbox.
@@ -124,16 +148,10 @@ func checkGatewayAttack(t *testing.T, got string) {
 // cluster's DNS Service and its names are out of reach (the
 // NetworkPolicy: the sandbox reaches its gateway alone).
 func TestKubeRenderedGateway(t *testing.T) {
-	c, _ := testenv.Kube(t)
-	launcher := testenv.Launcher(t)
-	loadImage(t, agentImage)
-	gwImage := testenv.GatewayImage(t, launcher)
-	loadImage(t, gwImage)
-	ns := namespace(t, c)
+	w := newGatewayWorld(t)
+	c, launcher, gwImage, ns, serverIP := w.c, w.launcher, w.gwImage, w.ns, w.serverIP
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	serverIP := internet(t, c, ns)
 
 	ws := workspace(t)
 	prof := allowProfile(t)
@@ -225,16 +243,13 @@ func TestKubeRenderedGateway(t *testing.T) {
 // gateway's Pod first, the sandbox's naming the gateway's address once it
 // has one, the policy's hold probed before the command starts. The same
 // attacks as TestKubeRenderedGateway's hold, the exit code comes back,
-// and nothing is left, the gateway's Pod included.
+// the gateway's decision log comes out of its Pod (GatewayLog) with the
+// allowed and the denied name, and nothing is left, the gateway's Pod
+// included.
 func TestKubeRunAllowlist(t *testing.T) {
-	c, _ := testenv.Kube(t)
-	launcher := testenv.Launcher(t)
-	loadImage(t, agentImage)
-	gwImage := testenv.GatewayImage(t, launcher)
-	loadImage(t, gwImage)
-	ns := namespace(t, c)
+	w := newGatewayWorld(t)
+	c, gwImage, ns, serverIP := w.c, w.gwImage, w.ns, w.serverIP
 	cl := kube.New(c, ns)
-	serverIP := internet(t, c, ns)
 
 	dir := filepath.Join(t.TempDir(), "kubeallow")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -246,18 +261,20 @@ func TestKubeRunAllowlist(t *testing.T) {
 	}
 	objs.Gateway.Spec.Containers[0].Image = gwImage
 	objs.Gateway.Spec.HostAliases = internetAliases(serverIP)
-	var out bytes.Buffer
+	var out, log bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
 	var first time.Duration
 	code, err := cl.Run(ctx, kube.RunSpec{
-		Objects:   objs,
-		Env:       func(string) (string, bool) { return "", false },
-		Workspace: bytes.NewReader(workspaceTar(t, dir)),
-		Streams:   kube.Streams{Out: &out},
-		Started:   func() { first = time.Since(start) },
-		Warn:      func(w string) { t.Errorf("run warned: %s", w) },
+		Objects:          objs,
+		Env:              func(string) (string, bool) { return "", false },
+		Workspace:        bytes.NewReader(workspaceTar(t, dir)),
+		Streams:          kube.Streams{Out: &out},
+		Started:          func() { first = time.Since(start) },
+		Warn:             func(w string) { t.Errorf("run warned: %s", w) },
+		GatewayLog:       &log,
+		GatewayLogFollow: objs.GatewayLogFollow(gatewayimage.Binary),
 	})
 	if err != nil {
 		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
@@ -267,41 +284,76 @@ func TestKubeRunAllowlist(t *testing.T) {
 		t.Errorf("exit code %d, want 7", code)
 	}
 	checkGatewayAttack(t, out.String())
+	// The gateway's log came out of its Pod, whole, before the Pod went.
+	var entries []decisionlog.Entry
+	if err := decisionlog.NewWriter(io.Discard).CopyFrom(bytes.NewReader(log.Bytes())); err != nil || !bytes.HasSuffix(log.Bytes(), []byte("\n")) {
+		t.Errorf("the gateway's log that came out is not whole entries: %v\n%s", err, log.String())
+	}
+	for _, line := range bytes.Split(bytes.TrimSpace(log.Bytes()), []byte("\n")) {
+		var e decisionlog.Entry
+		if json.Unmarshal(line, &e) == nil {
+			entries = append(entries, e)
+		}
+	}
+	if !decided(entries, "allowed.test", true) || !decided(entries, "denied.test", false) {
+		t.Errorf("the gateway's log that came out lacks allowed.test allowed or denied.test denied:\n%s", log.String())
+	}
 	waitGone(t, c, ns, objs.Pod.Metadata.Name, 30*time.Second)
 }
 
-// TestKubeLaunchAllowlist runs `propio-sandbox run --engine kubernetes`
-// with an allowlist: the launcher makes the gateway's Pod (its own image,
-// loaded into the node) and the sandbox's behind it. The test's internet
-// is its server Pod behind a Service of the test's namespace, which the
-// gateway resolves by the cluster's DNS (a name of the test cluster's
-// own). From inside: the allowed name answers through the proxy and by
-// name, the API server's name is denied by a deny rule, the server's
-// address and the API server's Service are out of reach; exit 7, nothing
-// left.
-func TestKubeLaunchAllowlist(t *testing.T) {
-	c, kubeconfig := testenv.Kube(t)
-	launcher := testenv.Launcher(t)
-	loadImage(t, agentImage)
-	loadImage(t, testenv.GatewayImage(t, launcher))
-	ns := namespace(t, c)
-	serverIP := internet(t, c, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+// allowlistLaunch is what a test of `run --engine kubernetes` with an
+// allowlist has: a gatewayWorld whose internet (the server Pod at
+// serverIP) is behind the Service "internet" of the namespace (whose
+// name the gateway resolves by the cluster's DNS: a name of the test
+// cluster's own), and a profile (prof) that allows that name (allowed)
+// on 8080 and denies the API server's name (deniedName).
+type allowlistLaunch struct {
+	gatewayWorld
+	prof, allowed string
+}
+
+// deniedName is the name the allowlist launches' profile denies.
+const deniedName = "kubernetes.default.svc.cluster.local"
+
+// newAllowlistLaunch makes an allowlistLaunch: a gatewayWorld, the
+// Service, the profile.
+func newAllowlistLaunch(t *testing.T) *allowlistLaunch {
+	t.Helper()
+	w := newGatewayWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	svc := `{"apiVersion":"v1","kind":"Service","metadata":{"name":"internet"},"spec":{"selector":{"propio-test":"internet"},"ports":[{"port":8080,"targetPort":8080}]}}`
-	if _, err := c.Create(ctx, ns, []byte(svc), kubeapi.CreateOptions{}); err != nil {
+	if _, err := w.c.Create(ctx, w.ns, []byte(svc), kubeapi.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	allowed := "internet." + ns + ".svc.cluster.local"
-	prof := smallProfile(t, "offline", fmt.Sprintf("network: {mode: allowlist, allow: [%q], deny: [kubernetes.default.svc.cluster.local]}\n", allowed+":8080"))
+	allowed := "internet." + w.ns + ".svc.cluster.local"
+	prof := smallProfile(t, "offline", fmt.Sprintf("network: {mode: allowlist, allow: [%q], deny: [%s]}\n", allowed+":8080", deniedName))
+	return &allowlistLaunch{gatewayWorld: w, prof: prof, allowed: allowed}
+}
+
+// run is the launcher's `run --engine kubernetes` of the profile in the
+// namespace, with the directories of home, running bash -c script.
+func (a *allowlistLaunch) run(t *testing.T, ws, home, script string) *exec.Cmd {
+	t.Helper()
+	return launcherIn(t, a.kubeconfig, ws, home, "run", "--engine", "kubernetes", "-n", a.ns, "-p", a.prof, "--", "bash", "-c", script)
+}
+
+// TestKubeLaunchAllowlist runs `propio-sandbox run --engine kubernetes`
+// with an allowlist (allowlistLaunch): the launcher makes the gateway's
+// Pod (its own image, loaded into the node) and the sandbox's behind it.
+// From inside: the allowed name answers through the proxy and by name,
+// the API server's name is denied by a deny rule, the server's address
+// and the API server's Service are out of reach; exit 7, nothing left.
+func TestKubeLaunchAllowlist(t *testing.T) {
+	a := newAllowlistLaunch(t)
 	ws := kubeWorkspace(t, "kubeallow")
-	attack := `curl -s -m 10 http://` + allowed + `:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
-curl -s -m 10 --noproxy '*' http://` + allowed + `:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
-curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://kubernetes.default.svc.cluster.local:443/
-timeout 5 bash -c 'exec 3<>/dev/tcp/` + serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
+	attack := `curl -s -m 10 http://` + a.allowed + `:8080/ | grep -q 'Directory listing' && echo proxy-reached || echo proxy-failed
+curl -s -m 10 --noproxy '*' http://` + a.allowed + `:8080/ | grep -q 'Directory listing' && echo byname-reached || echo byname-failed
+curl -s -m 10 -o /dev/null -w 'denied:%{http_code}\n' http://` + deniedName + `:443/
+timeout 5 bash -c 'exec 3<>/dev/tcp/` + a.serverIP + `/8080' 2>/dev/null && echo server-open || echo server-denied
 timeout 5 bash -c 'exec 3<>/dev/tcp/10.96.0.1/443' 2>/dev/null && echo api-open || echo api-denied
 exit 7`
-	cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", prof, "--", "bash", "-c", attack)
+	cmd := a.run(t, ws, t.TempDir(), attack)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -326,5 +378,5 @@ exit 7`
 			t.Errorf("the sandbox did not say %q\nstderr:\n%s", want, stderr.String())
 		}
 	}
-	waitSelectedGone(t, c, ns, managed, 30*time.Second)
+	waitSelectedGone(t, a.c, a.ns, managed, 30*time.Second)
 }

@@ -122,7 +122,10 @@ func printLogTable(w io.Writer, entries []decisionlog.Entry) error {
 		if en.Scope != "" {
 			by += "/" + en.Scope // user/once, user/run, user/always
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(), by, en.Via, dest, en.Client, why, en.BytesUp, en.BytesDown)
+		// A name a sandbox asked for may hold a newline or a terminal's
+		// escape: quoted (printable), it cannot print a row of its own.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", en.Time.Local().Format("15:04:05.000"), en.Outcome(),
+			printable(by), printable(en.Via), printable(dest), printable(en.Client), printable(why), en.BytesUp, en.BytesDown)
 	}
 	return tw.Flush()
 }

@@ -48,6 +48,14 @@ type RunSpec struct {
 	// (generator.KubeKeeperContainer) once the command has ended, before
 	// the Pod is removed.
 	WorkspaceOut io.Writer
+	// GatewayLog, when set and the objects have an allowlist's gateway,
+	// receives the gateway's decision log (the lines of its file, which is
+	// in the gateway's Pod) from its start and as it grows: the command
+	// GatewayLogFollow (generator.KubeObjects.GatewayLogFollow) runs in
+	// the gateway's container from the sandbox's start until its end, and
+	// then until the log settles, before the Pods are removed.
+	GatewayLog       io.Writer
+	GatewayLogFollow []string
 }
 
 // ErrNotEnforced: the sandbox's NetworkPolicy denies its egress, and its
@@ -95,6 +103,11 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 			err = errors.Join(err, rerr)
 		}
 	}()
+	if gw := s.Objects.Gateway; gw != nil && s.GatewayLog != nil && len(s.GatewayLogFollow) > 0 {
+		// Deferred after the removal, so run before it: the log is all in
+		// before the gateway goes.
+		defer k.followGatewayLog(ctx, gw.Metadata.Name, s.GatewayLogFollow, s.GatewayLog, s.Warn)()
+	}
 	pod := made.Pod
 	if _, err := k.waitPod(ctx, pod, func(p podStatus) (bool, error) {
 		st, ok := p.container(generator.KubeCopyContainer, true)
@@ -162,6 +175,52 @@ func (k *Cluster) Run(ctx context.Context, s RunSpec) (code int, err error) {
 		}
 	}
 	return code, nil
+}
+
+// Bounds of the gateway's log's end: the settling of gateway-log
+// (decisionlog.SettleMax) and the stream's own end; less when the run was
+// ended by its context (a signal), which is not kept waiting.
+const (
+	logDrain          = 10 * time.Second
+	logDrainCancelled = 2 * time.Second
+)
+
+// followGatewayLog runs command (gateway-log) in the gateway's container
+// of Pod pod, its output to w, and returns how to end it: its standard
+// input closed, it copies what the gateway writes until the log settles,
+// and ends; one that does not end within logDrain is cut. What went wrong
+// is said to warn: the run goes on without the rest of the log.
+func (k *Cluster) followGatewayLog(ctx context.Context, pod string, command []string, w io.Writer, warn func(string)) (stop func()) {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	in, end := io.Pipe()
+	done := make(chan error, 1)
+	var stderr limited
+	go func() {
+		o := kubeapi.StreamOptions{Container: generator.GatewayService, Stdin: true, Stdout: true, Stderr: true, Command: command}
+		done <- k.API.Exec(lctx, k.Namespace, pod, o, in, w, &stderr)
+	}()
+	return func() {
+		defer cancel()
+		end.Close()
+		bound := logDrain
+		if ctx.Err() != nil {
+			bound = logDrainCancelled
+		}
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(bound):
+			cancel()
+			<-done
+			err = fmt.Errorf("it did not end within %v of the sandbox's", bound)
+		}
+		if err != nil && warn != nil {
+			if stderr.n > 0 {
+				err = fmt.Errorf("%w (%s)", err, strings.TrimSpace(stderr.String()))
+			}
+			warn(fmt.Sprintf("the gateway's decision log may miss decisions: following it in pod %s: %v", pod, err))
+		}
+	}
 }
 
 // copyOut writes a tar stream of the workspace's volume to w, from the

@@ -26,6 +26,8 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/backend"
 	cslaunch "github.com/propio/propio-sandbox/internal/changeset/launch"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/kube"
 	"github.com/propio/propio-sandbox/internal/kubeapi"
 	"github.com/propio/propio-sandbox/internal/preflight"
@@ -165,6 +167,23 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 		}
 		from, to = copies[0].From, copies[0].To
 	}
+	if objs.Gateway != nil {
+		// The gateway's log is in its Pod: it is copied, as it grows, to
+		// the log `logs` reads, named after the sandbox.
+		w, err := startClusterLog(l.Env, l.Profile, name)
+		if err != nil {
+			if cs != nil {
+				cs.Abandon()
+			}
+			return 0, err
+		}
+		spec.GatewayLog, spec.GatewayLogFollow = w, objs.GatewayLogFollow(gatewayimage.Binary)
+		defer func() {
+			if cerr := w.Close(); cerr != nil {
+				l.Report.Warn(cerr.Error())
+			}
+		}()
+	}
 	code, err = runOnCluster(ctx, cl, spec, l.Streams, from, to)
 	switch {
 	case cs == nil:
@@ -181,6 +200,47 @@ func (l *Launch) runCluster(ctx context.Context) (code int, err error) {
 		}
 	}
 	return code, err
+}
+
+// clusterLog is the decision log of a sandbox's gateway on a cluster, in
+// the user's log directory: the lines the gateway's Pod gives are written
+// to it, whole entries only (decisionlog.Writer.CopyFrom).
+type clusterLog struct {
+	pw     *io.PipeWriter
+	log    *decisionlog.Writer
+	copied chan error
+}
+
+// startClusterLog starts the decision log of the sandbox project (its
+// header: the workspace, the profile), as a launch on an engine does, and
+// returns the writer of its gateway's lines.
+func startClusterLog(e Env, p *profile.Profile, project string) (*clusterLog, error) {
+	path, err := decisionlog.Start(e.Dirs.LogDir(), decisionlog.Header{Time: time.Now().UTC(), Project: project, Workspace: e.Workspace, Profile: p.Meta.File})
+	if err != nil {
+		return nil, err
+	}
+	log, err := decisionlog.Append(path)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	c := &clusterLog{pw: pw, log: log, copied: make(chan error, 1)}
+	go func() {
+		err := log.CopyFrom(pr)
+		pr.Close()
+		c.copied <- err
+	}()
+	return c, nil
+}
+
+func (c *clusterLog) Write(p []byte) (int, error) { return c.pw.Write(p) }
+
+// Close ends the log once the run has: what was copied is in, a partial
+// last line left out; an error says what was left out.
+func (c *clusterLog) Close() error {
+	c.pw.Close()
+	err := <-c.copied
+	return errors.Join(err, c.log.Close())
 }
 
 // clusterChangesets is what a changeset's launch asks of the engine, for

@@ -1,14 +1,19 @@
 package sandbox
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/profile"
 )
 
 // A sandbox's name on a cluster is a DNS label with room for its objects'
@@ -92,5 +97,46 @@ func TestProtectedPaths(t *testing.T) {
 	got := protectedPaths(objs)
 	if !slices.Equal(got, []string{".env", "src"}) {
 		t.Errorf("protectedPaths = %q, want .env and src", got)
+	}
+}
+
+// A cluster sandbox's log on the host: started with its header, as on an
+// engine, and then the whole entries of what its gateway's Pod gives,
+// written as they come (logs reads them during the run); a line that is
+// not an entry, and a partial last one, are left out, and Close says so.
+func TestClusterLog(t *testing.T) {
+	e := Env{Dirs: hostinfo.Dirs{State: t.TempDir()}, Workspace: "/work/ws"}
+	p := &profile.Profile{}
+	p.Meta.File = "builtin:strict"
+	w, err := startClusterLog(e, p, "propio-ws-0a1b2c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := decisionlog.Path(e.Dirs.LogDir(), "propio-ws-0a1b2c")
+	entry := `{"time":"2026-11-22T10:00:00Z","client":"10.0.0.3:4000","via":"http","host":"a.test","port":80,"allowed":true,"reason":"allowed","bytes_up":1,"bytes_down":2}` + "\n"
+	if _, err := io.WriteString(w, entry[:40]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(w, entry[40:]+`{"host":"forged.test","allowed":true,"x":1}`+"\n"+entry[:30]); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); ; {
+		if got, _ := decisionlog.Read(path); len(got) == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the entry is not in the log while the run goes on")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "1 line(s) left out") {
+		t.Errorf("Close returned %v, want one line left out", err)
+	}
+	if latest, err := decisionlog.Latest(e.Dirs.LogDir(), "/work/ws"); err != nil || latest != path {
+		t.Errorf("the latest log of the workspace is %q (%v), want %s", latest, err, path)
+	}
+	got, err := decisionlog.Read(path)
+	if err != nil || len(got) != 1 || got[0].Host != "a.test" || got[0].DecidedBy != "rule" {
+		t.Errorf("the log holds %+v (%v), want the entry for a.test alone", got, err)
 	}
 }
