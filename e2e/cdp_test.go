@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 type cdpMessage struct {
@@ -36,7 +38,7 @@ type chromium struct {
 	t       *testing.T
 	cmd     *exec.Cmd
 	toIn    *os.File // its descriptor 3
-	stderr  *syncBuffer
+	stderr  *testenv.Buffer
 	session string
 
 	mu      sync.Mutex
@@ -91,7 +93,7 @@ func startChromium(t *testing.T, width, height int) *chromium {
 	}
 	cmd := exec.Command(bin, append(args, "about:blank")...)
 	cmd.ExtraFiles = []*os.File{inR, outW}
-	c := &chromium{t: t, cmd: cmd, toIn: inW, stderr: &syncBuffer{}, calls: map[int]chan cdpMessage{}, changed: make(chan struct{})}
+	c := &chromium{t: t, cmd: cmd, toIn: inW, stderr: &testenv.Buffer{}, calls: map[int]chan cdpMessage{}, changed: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.stderr, c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting chromium: %v", err)

@@ -21,10 +21,11 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // seed is the workspace every changeset test starts from.
@@ -507,7 +508,7 @@ func held(t *testing.T, s *sandbox, profile string, hold string, extra ...string
 	t.Cleanup(cancel)
 	args := append([]string{"run", "-p", profile, "--changeset"}, extra...)
 	cmd := s.Command(ctx, append(args, "--", "fs", "write during.txt x\n", "sleep "+hold)...)
-	var out, errb syncBuffer
+	var out, errb testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -522,24 +523,6 @@ func held(t *testing.T, s *sandbox, profile string, hold string, extra ...string
 		t.Fatalf("the sandbox did not start:\n%s\n%s", out.String(), errb.String())
 	}
 	return cmd
-}
-
-// syncBuffer is a strings.Builder safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 var idPattern = regexp.MustCompile(`\d{8}-\d{6}-[0-9a-f]+`)
@@ -848,7 +831,7 @@ func TestChangesetNotRootLauncher(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := command(ctx, "run", "-p", profile, "--changeset", "--", "fs", "rm new.txt", "rmrf newdir", "sleep 60s")
-			var out syncBuffer
+			var out testenv.Buffer
 			cmd.Stdout = &out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

@@ -9,31 +9,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
-
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // forgedHost is the host of the entry the sandbox tries to forge (no dot:
 // a DNS label with one inside is not a name the gateway reads).
@@ -109,7 +92,7 @@ echo requests-made
 cat >/dev/null
 exit 0`
 	cmd := a.run(t, ws, home, script)
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -244,7 +227,7 @@ exit 0`
 	cmd = a.run(t, ws, home, `curl -s -m 10 -o /dev/null -w 'again:%{http_code}\n' http://`+a.allowed+`:8080/
 echo requests-made
 exec sleep 600`)
-	var out2, err2 lockedBuffer
+	var out2, err2 testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &out2, &err2
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

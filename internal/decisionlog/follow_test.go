@@ -7,28 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func appendTo(t *testing.T, path, text string) {
 	t.Helper()
@@ -57,7 +40,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // the stop (the settling) comes too, before Follow returns.
 func TestFollowCopiesAsTheLogGrows(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.jsonl")
-	var out syncBuffer
+	var out testenv.Buffer
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- Follow(context.Background(), path, &out, stop) }()
@@ -87,7 +70,7 @@ func TestFollowCopiesAsTheLogGrows(t *testing.T) {
 func TestFollowEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Follow(ctx, filepath.Join(t.TempDir(), "none.jsonl"), &syncBuffer{}, nil) }()
+	go func() { done <- Follow(ctx, filepath.Join(t.TempDir(), "none.jsonl"), &testenv.Buffer{}, nil) }()
 	cancel()
 	select {
 	case err := <-done:

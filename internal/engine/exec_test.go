@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestExec(t *testing.T) {
 	svc.Labels = types.Labels{engine.LabelProject: name}
 	project := &types.Project{Name: name, Services: types.Services{"agent": svc}}
 
-	var out lockedBuffer
+	var out testenv.Buffer
 	type result struct {
 		code int
 		err  error
@@ -102,23 +101,4 @@ func TestExec(t *testing.T) {
 	if left, _ := testenv.Docker("ps", "-aq", "--filter", "label="+engine.LabelProject+"="+name); strings.TrimSpace(left) != "" {
 		t.Errorf("containers left: %s", left)
 	}
-}
-
-// lockedBuffer is a buffer a container's output is written to while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
