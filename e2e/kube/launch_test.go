@@ -199,19 +199,7 @@ func TestKubeLaunchSignal(t *testing.T) {
 				<-done
 			})
 			waitSandboxRunning(t, c, ns, done, 2*time.Minute)
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				done <- err // for the cleanup
-				var exit *exec.ExitError
-				if !errors.As(err, &exit) || exit.ExitCode() != 128+15 {
-					t.Errorf("run after SIGTERM: %v, want exit status 143\nstderr:\n%s", err, stderr.String())
-				}
-			case <-time.After(time.Minute):
-				t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", stderr.String())
-			}
+			terminate(t, cmd, done, &stderr)
 			if !strings.Contains(stderr.String(), "interrupted") {
 				t.Errorf("stderr does not say the run was interrupted:\n%s", stderr.String())
 			}
@@ -536,4 +524,24 @@ func timeoutProfile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// terminate sends the launcher cmd SIGTERM and has it end within a minute
+// with exit status 143 (its Wait's outcome comes on done, and is put back
+// there for the test's cleanup).
+func terminate(t *testing.T, cmd *exec.Cmd, done chan error, stderr fmt.Stringer) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 128+15 {
+			t.Errorf("run after SIGTERM: %v, want exit status 143\nstderr:\n%s", err, stderr)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", stderr)
+	}
 }

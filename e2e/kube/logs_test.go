@@ -3,13 +3,10 @@ package kube
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -252,19 +249,7 @@ exec sleep 600`)
 		time.Sleep(500 * time.Millisecond)
 	}
 	signalled := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err // for the cleanup
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 128+15 {
-			t.Errorf("run after SIGTERM: %v, want exit status 143\nstderr:\n%s", err, err2.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", err2.String())
-	}
+	terminate(t, cmd, done, &err2)
 	t.Logf("the signalled run ended %v after SIGTERM", time.Since(signalled).Round(time.Millisecond))
 	if strings.Contains(err2.String(), "decision log") {
 		t.Errorf("the launcher warned about the log:\n%s", err2.String())
