@@ -189,15 +189,7 @@ func TestKubeLaunchSignal(t *testing.T) {
 			cmd := launcherIn(t, kubeconfig, ws, home, args...)
 			var stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			t.Cleanup(func() {
-				cmd.Process.Kill()
-				<-done
-			})
+			done := startLauncher(t, cmd)
 			waitSandboxRunning(t, c, ns, done, 2*time.Minute)
 			terminate(t, cmd, done, &stderr)
 			if !strings.Contains(stderr.String(), "interrupted") {
@@ -279,15 +271,7 @@ func TestKubeGC(t *testing.T) {
 		cmd := launcherOn(t, kubeconfig, ws, "run", "--engine", "kubernetes", "-n", ns, "-p", prof, "--", "sleep", "600")
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			<-done
-		})
+		done := startLauncher(t, cmd)
 		return cmd, done, &stderr
 	}
 	killed, killedDone, _ := start()
@@ -544,4 +528,21 @@ func terminate(t *testing.T, cmd *exec.Cmd, done chan error, stderr fmt.Stringer
 	case <-time.After(time.Minute):
 		t.Fatalf("run did not end within a minute of SIGTERM\nstderr:\n%s", stderr)
 	}
+}
+
+// startLauncher starts the launcher cmd; its Wait's outcome comes on the
+// channel returned, and a launcher still running when the test ends is
+// killed.
+func startLauncher(t *testing.T, cmd *exec.Cmd) chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	return done
 }

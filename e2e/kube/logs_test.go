@@ -226,15 +226,7 @@ echo requests-made
 exec sleep 600`)
 	var out2, err2 testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &out2, &err2
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-	})
+	done := startLauncher(t, cmd)
 	name := waitSandboxRunning(t, a.c, a.ns, done, 2*time.Minute)
 	for deadline := time.Now().Add(time.Minute); !strings.Contains(out2.String(), "requests-made\n"); {
 		if time.Now().After(deadline) {
