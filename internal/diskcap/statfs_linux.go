@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,17 +49,64 @@ func FSType(path string) string {
 	return fmt.Sprintf("a file system of type %#x", s.Type)
 }
 
-// lowPriority runs f on an OS thread of its own at nice 19, which ends with
-// it (a goroutine that exits locked to its thread takes the thread with it,
-// so no other goroutine ever runs at that priority).
+// lowPriority runs f on an OS thread at nice 19 that runs nothing else.
+//
+// Such a thread is never let go: its goroutine stays locked to it, and
+// waits for the next f. A thread cannot be given back to the runtime (a
+// process that is not privileged cannot raise its priority again), and a
+// thread that ends kills the children it started with a parent-death
+// signal: the thread may have run other goroutines before it was locked,
+// and the docker CLI's ssh helper starts one ssh process per connection to
+// the engine with SIGKILL as its parent-death signal, so a walk's thread
+// that ended would kill an ssh under a request of the launch (the engine's
+// answer lost: "ssh ... has exited with signal: killed"). Walks that run
+// at once each have a thread: the process keeps as many as ever ran at
+// once.
 func lowPriority(f func()) {
+	w := lowThreads.get()
 	done := make(chan struct{})
-	go func() {
+	w <- func() {
 		defer close(done)
-		runtime.LockOSThread()
-		// Best effort: at worst the walk runs at the launcher's priority.
-		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
 		f()
-	}()
+	}
 	<-done
+	lowThreads.put(w)
+}
+
+// lowThreads are the idle threads at nice 19, each a goroutine locked to
+// it that runs the functions sent to it.
+var lowThreads threadPool
+
+type threadPool struct {
+	mu   sync.Mutex
+	idle []chan func()
+}
+
+// get is an idle thread of the pool, or a new one.
+func (p *threadPool) get() chan func() {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return w
+	}
+	p.mu.Unlock()
+	w := make(chan func())
+	go func() {
+		runtime.LockOSThread() // for good: see lowPriority
+		// Best effort: at worst the walks run at the launcher's priority.
+		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
+		for f := range w {
+			f()
+		}
+	}()
+	return w
+}
+
+// put gives a thread that has finished its function back to the pool.
+func (p *threadPool) put(w chan func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = append(p.idle, w)
 }

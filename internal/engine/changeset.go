@@ -137,11 +137,20 @@ func (e *Engine) settleOverlay(ctx context.Context, image string, labels map[str
 // copyMount is where a helper container sees the volume it copies.
 const copyMount = "/propio-changeset"
 
+// labelHelper marks a helper container: one that holds a volume of a
+// sandbox for a moment, and that whoever made it removes.
+const labelHelper = "dev.propio-sandbox.helper"
+
 // helper creates (never starts) a container of image with the volume at
-// copyMount, labelled as the sandbox, for the engine's archive API; remove
-// removes it.
+// copyMount, labelled as the sandbox and as a helper, for the engine's
+// archive API; remove removes it.
 func (e *Engine) helper(ctx context.Context, image, volume string, labels map[string]string) (id string, remove func(), err error) {
 	c := e.cli.Client()
+	labels = maps.Clone(labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[labelHelper] = "true"
 	res, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
 			Image:      image,

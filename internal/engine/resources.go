@@ -85,11 +85,45 @@ func (e *Engine) removeBy(ctx context.Context, by client.Filters) error {
 			// Best effort: what it would remove is only clutter.
 			e.settleOverlay(ctx, img, v.Labels, v.Name)
 		}
-		if _, err := c.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !gone(err) {
-			errs = append(errs, fmt.Errorf("removing volume %s: %w", v.Name, err))
+		if err := e.removeVolume(ctx, v.Name); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeVolume removes a volume of a sandbox, waiting, when it is in use by
+// helper containers only, until they are gone. Two removals of one sandbox
+// may run at once (gc, and a launch removing the leftovers of killed
+// launchers, both find it): each mounts an overlay volume once more with a
+// helper before removing it (settleOverlay), and the other removal finds
+// the volume in use by that helper, which its removal removes at once.
+// A volume in use by any other container stays, and is an error.
+func (e *Engine) removeVolume(ctx context.Context, name string) error {
+	c := e.cli.Client()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
+		if err == nil || gone(err) {
+			return nil
+		}
+		if !cerrdefs.IsConflict(err) || time.Now().After(deadline) {
+			return fmt.Errorf("removing volume %s: %w", name, err)
+		}
+		users := make(client.Filters).Add("volume", name)
+		list, lerr := c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: users})
+		if lerr != nil {
+			return fmt.Errorf("removing volume %s: %w (listing the containers that use it: %v)", name, err, lerr)
+		}
+		for _, ctr := range list.Items {
+			if ctr.Labels[labelHelper] == "" {
+				return fmt.Errorf("removing volume %s: %w", name, err)
+			}
+		}
+		if werr := e.waitGone(ctx, users.Add("label", labelHelper)); werr != nil {
+			return fmt.Errorf("removing volume %s: %w (waiting for the helpers that use it: %v)", name, err, werr)
+		}
+	}
 }
 
 // gone reports whether a removal failed only because the thing is gone, or
