@@ -220,9 +220,16 @@ mounts:
 // TestAllowlist runs the allowlist tests twice: with the gateway forwarding
 // allowed names in its kernel (the default), and relaying everything in user
 // space (as it does under a bandwidth cap, set here high enough not to
-// matter).
+// matter). A rootless engine's gateway relays in user space only (it runs
+// as the user, in the user's mapping): the second covers it.
 func TestAllowlist(t *testing.T) {
-	t.Run("kernel", func(t *testing.T) { testAllowlist(t, true) })
+	t.Run("kernel", func(t *testing.T) {
+		requireEngine(t)
+		if engineRootless(t) {
+			t.Skip("the engine is rootless: its gateway relays in user space only (the user-space subtest)")
+		}
+		testAllowlist(t, true)
+	})
 	t.Run("user-space", func(t *testing.T) { testAllowlist(t, false) })
 }
 
@@ -444,7 +451,13 @@ func testAllowlist(t *testing.T, kernel bool) {
 			t.Fatal(err)
 		}
 		bridge := netip.MustParsePrefix(strings.TrimSpace(subnet)).Masked().Addr().Next() // the bridge's address, if it had one
-		for _, host := range []string{bridge.String(), "172.17.0.1", "host.docker.internal"} {
+		// The host as the engines name it (Podman's name is in the
+		// sandbox's /etc/hosts), slirp4netns's way to the host's loopback
+		// (a rootless Podman's networks go out through it), and each of
+		// the host's own addresses.
+		hosts := []string{bridge.String(), "172.17.0.1", "host.docker.internal", "host.containers.internal", "10.0.2.2"}
+		hosts = append(hosts, hostAddrs(t)...)
+		for _, host := range hosts {
 			if out, ok := r.Probe("connect", host+":"+port); ok {
 				t.Errorf("reached the host's service at %s:\n%s", host, out)
 			}
@@ -549,6 +562,22 @@ func testAllowlist(t *testing.T, kernel bool) {
 	if res := r.Stop(); res.Code != 130 {
 		t.Errorf("launcher after SIGINT: %s", res)
 	}
+}
+
+// hostAddrs are this host's own IPv4 addresses but loopback's.
+func hostAddrs(t *testing.T) []string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			out = append(out, p.Addr().String())
+		}
+	}
+	return out
 }
 
 // reached reports whether a fetch got a successful answer (a refusal by the
