@@ -225,13 +225,22 @@ mounts:
 // as the user, in the user's mapping): the second covers it.
 func TestAllowlist(t *testing.T) {
 	t.Run("kernel", func(t *testing.T) {
-		requireEngine(t)
-		if engineRootless(t) {
-			t.Skip("the engine is rootless: its gateway relays in user space only (the user-space subtest)")
-		}
+		requireKernelForwarding(t)
 		testAllowlist(t, true)
 	})
 	t.Run("user-space", func(t *testing.T) { testAllowlist(t, false) })
+}
+
+// requireKernelForwarding skips a test of the gateway's kernel forwarding
+// on an engine where the gateway relays in user space only (a rootless one:
+// the gateway runs as the user, in the user's mapping); its user-space
+// variant covers that engine.
+func requireKernelForwarding(t *testing.T) {
+	t.Helper()
+	requireEngine(t)
+	if engineRootless(t) {
+		t.Skip("the engine is rootless: its gateway relays in user space only (the user-space subtest)")
+	}
 }
 
 func testAllowlist(t *testing.T, kernel bool) {
