@@ -244,11 +244,14 @@ mount_program = \"$(command -v fuse-overlayfs)\""
 			pod system reset -f >/dev/null 2>&1 || die "podman system reset as $RUSER failed"
 		fi
 	fi
-	driver=$(pod info --format '{{.Store.GraphDriverName}}' 2>&1) || {
-		say "podman info as $RUSER failed ($driver): resetting its storage"
+	# (Its warnings, on stderr, are not the driver's name.)
+	info_err=$(mktemp)
+	driver=$(pod info --format '{{.Store.GraphDriverName}}' 2>"$info_err") || {
+		say "podman info as $RUSER failed ($(tail -n 3 "$info_err")): resetting its storage"
 		pod system reset -f >/dev/null 2>&1 || die "podman system reset as $RUSER failed"
-		driver=$(pod info --format '{{.Store.GraphDriverName}}' 2>&1) || die "podman info as $RUSER: $driver"
+		driver=$(pod info --format '{{.Store.GraphDriverName}}' 2>"$info_err") || die "podman info as $RUSER: $(tail -n 5 "$info_err")"
 	}
+	rm -f "$info_err"
 	[ "$driver" = overlay ] || die "$RUSER's Podman storage is $driver, not overlay ($sconf); reset it: runuser -u $RUSER -- podman system reset"
 	say "$RUSER's Podman: rootless, storage $driver"
 	RUNDIR=$(dirname "$SOCKET")
