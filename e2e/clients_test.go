@@ -107,6 +107,9 @@ func TestAllowlistClients(t *testing.T) {
 	for _, kernel := range []bool{true, false} {
 		name := map[bool]string{true: "kernel", false: "user-space"}[kernel]
 		t.Run(name, func(t *testing.T) {
+			if kernel {
+				requireKernelForwarding(t)
+			}
 			s := newSandbox(t)
 			in := newInternet(t)
 			s.Env = append(s.Env, "PROPIO_SANDBOX_GATEWAY_NETWORK="+in.Network)

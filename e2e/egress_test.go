@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -221,10 +222,26 @@ mounts:
 // TestAllowlist runs the allowlist tests twice: with the gateway forwarding
 // allowed names in its kernel (the default), and relaying everything in user
 // space (as it does under a bandwidth cap, set here high enough not to
-// matter).
+// matter). A rootless engine's gateway relays in user space only (it runs
+// as the user, in the user's mapping): the second covers it.
 func TestAllowlist(t *testing.T) {
-	t.Run("kernel", func(t *testing.T) { testAllowlist(t, true) })
+	t.Run("kernel", func(t *testing.T) {
+		requireKernelForwarding(t)
+		testAllowlist(t, true)
+	})
 	t.Run("user-space", func(t *testing.T) { testAllowlist(t, false) })
+}
+
+// requireKernelForwarding skips a test of the gateway's kernel forwarding
+// on an engine where the gateway relays in user space only (a rootless one:
+// the gateway runs as the user, in the user's mapping); its user-space
+// variant covers that engine.
+func requireKernelForwarding(t *testing.T) {
+	t.Helper()
+	requireEngine(t)
+	if engineRootless(t) {
+		t.Skip("the engine is rootless: its gateway relays in user space only (the user-space subtest)")
+	}
 }
 
 func testAllowlist(t *testing.T, kernel bool) {
@@ -445,11 +462,24 @@ func testAllowlist(t *testing.T, kernel bool) {
 			t.Fatal(err)
 		}
 		bridge := netip.MustParsePrefix(strings.TrimSpace(subnet)).Masked().Addr().Next() // the bridge's address, if it had one
-		for _, host := range []string{bridge.String(), "172.17.0.1", "host.docker.internal"} {
-			if out, ok := r.Probe("connect", host+":"+port); ok {
-				t.Errorf("reached the host's service at %s:\n%s", host, out)
-			}
+		// The host as the engines name it (Podman's name is in the
+		// sandbox's /etc/hosts), slirp4netns's way to the host's loopback
+		// (a rootless Podman's networks go out through it), and each of
+		// the host's own addresses.
+		hosts := []string{bridge.String(), "172.17.0.1", "host.docker.internal", "host.containers.internal", "10.0.2.2"}
+		hosts = append(hosts, hostAddrs(t)...)
+		// At once: where nothing answers, each waits out its timeout.
+		var wg sync.WaitGroup
+		for _, host := range hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if out, ok := r.Probe("connect", "--timeout=2s", host+":"+port); ok {
+					t.Errorf("reached the host's service at %s:\n%s", host, out)
+				}
+			}()
 		}
+		wg.Wait()
 		if n := got.Load(); n != 0 {
 			t.Errorf("the host's service got %d connections from the sandbox", n)
 		}
@@ -550,6 +580,22 @@ func testAllowlist(t *testing.T, kernel bool) {
 	if res := r.Stop(); res.Code != 130 {
 		t.Errorf("launcher after SIGINT: %s", res)
 	}
+}
+
+// hostAddrs are this host's own IPv4 addresses but loopback's.
+func hostAddrs(t *testing.T) []string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			out = append(out, p.Addr().String())
+		}
+	}
+	return out
 }
 
 // reached reports whether a fetch got a successful answer (a refusal by the

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/propio/propio-sandbox/internal/engine"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	launch "github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/propio/propio-sandbox/internal/testenv"
@@ -319,6 +321,25 @@ func engineSocket(t *testing.T) string {
 		t.Skipf("needs the engine's unix socket; DOCKER_HOST is %s", h)
 	}
 	return path
+}
+
+// engineRootless reports whether the tests' engine runs as an unprivileged
+// user (a rootless Podman, as .ci/run's third pass has it), as the launcher
+// tells it.
+func engineRootless(t *testing.T) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng, err := engine.Connect(ctx, engine.HostFromEnv(), engine.Streams{Out: io.Discard, Err: io.Discard})
+	if err != nil {
+		t.Fatalf("connecting to the engine: %v", err)
+	}
+	defer eng.Close()
+	f, err := eng.Facts(ctx)
+	if err != nil {
+		t.Fatalf("the engine's facts: %v", err)
+	}
+	return f.Rootless
 }
 
 // docker runs the docker CLI for the tests' own observations.

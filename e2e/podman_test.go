@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -90,10 +91,82 @@ func TestPodmanAllowlistFenced(t *testing.T) {
 			t.Errorf("a datagram to %s from the sandbox was not stopped by its fence:\n%s", target, out)
 		}
 	}
+	if engineRootless(t) {
+		podmanRootlessFenced(t, s, strings.TrimSpace(agent), bridge, ln)
+	}
 	l.signal(t, syscall.SIGTERM)
 	l.wait(t, time.Minute)
 	if left := s.Leftovers(); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// podmanRootlessFenced is TestPodmanAllowlistFenced's part on a rootless
+// Podman (keep-id), whose networks live in a network namespace of the
+// user's that reaches out through slirp4netns: the agent, in the user
+// namespace of its namespace's holder, is the user, and what it writes in
+// the workspace is the user's; the host is out of its reach at each of its
+// own addresses (slirp4netns takes a packet to any of them to the host's
+// services), at slirp4netns's way to its loopback (10.0.2.2) and resolver
+// (10.0.2.3), and at host.containers.internal: the host's listener ln gets
+// no datagram; and Podman's resolver on the bridge, which answers a
+// container of the sandbox network that is not fenced in (the test runs
+// one), does not answer the agent: the fence drops its query as it is
+// sent ("operation not permitted").
+func podmanRootlessFenced(t *testing.T, s *sandbox, agent string, bridge netip.Addr, ln net.PacketConn) {
+	t.Helper()
+	out, err := docker("exec", agent, "/probe", "id")
+	if want := fmt.Sprintf("uid=%d gid=%d ", os.Getuid(), os.Getgid()); err != nil || !strings.Contains(out, want) {
+		t.Errorf("the agent's id on a rootless Podman: %v\n%s\nwant %s", err, out, want)
+	}
+	if out, err := docker("exec", agent, "/probe", "write", "/workspace/rootless.txt", "mine"); err != nil {
+		t.Errorf("writing in the workspace: %v\n%s", err, out)
+	} else if fi, err := os.Stat(filepath.Join(s.Workspace, "rootless.txt")); err != nil {
+		t.Error(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
+		t.Errorf("a file the agent wrote is owned by %d:%d on the host, want the user's %d:%d", st.Uid, st.Gid, os.Getuid(), os.Getgid())
+	}
+	hosts, err := docker("exec", agent, "/probe", "read", "/etc/hosts")
+	if err != nil {
+		t.Fatalf("the agent's /etc/hosts: %v", err)
+	}
+	port := strconv.Itoa(ln.LocalAddr().(*net.UDPAddr).Port)
+	targets := []string{"10.0.2.2:" + port, "10.0.2.3:53", "host.containers.internal:" + port}
+	for _, a := range hostAddrs(t) {
+		targets = append(targets, a+":"+port)
+	}
+	if !strings.Contains(hosts, "host.containers.internal") {
+		t.Errorf("no host.containers.internal in the agent's /etc/hosts, which Podman writes:\n%s", hosts)
+	}
+	// None of them is on the sandbox network, which is internal: the agent
+	// has no route to them (and no capability to add one), so the kernel
+	// refuses the datagram before the fence sees it ("network is
+	// unreachable"); the fence would drop it next.
+	for _, target := range targets {
+		out, _ := docker("exec", agent, "/probe", "udp", "--timeout=2s", target, "rootless-fence")
+		if !strings.Contains(out, "operation not permitted") && !strings.Contains(out, "network is unreachable") {
+			t.Errorf("a datagram to %s left the sandbox:\n%s", target, out)
+		}
+	}
+	ln.SetReadDeadline(time.Now().Add(time.Second))
+	if n, from, err := ln.ReadFrom(make([]byte, 512)); err == nil {
+		t.Errorf("the host's listener got a datagram of %d bytes from %s", n, from)
+	}
+	// Podman's resolver answers a container of the sandbox network that is
+	// not fenced in, by the holder's name: the fence is what keeps the agent
+	// from it.
+	holder, err := docker("ps", "--filter", "label=dev.propio-sandbox.workspace="+s.Workspace, "--filter", "label=com.docker.compose.service=netns", "--format", "{{.Names}}")
+	if err != nil || strings.TrimSpace(holder) == "" {
+		t.Fatalf("the namespace's holder: %v %q", err, holder)
+	}
+	name := strings.TrimSpace(holder)
+	unfenced, err := docker("run", "--rm", "--network", sandboxNetwork(t, s), ProbeImage, "dns", "--timeout=3s", bridge.String()+":53", name)
+	if len(answers(unfenced)) == 0 {
+		t.Errorf("the control: Podman's resolver at %s did not answer %s for a container of the sandbox network without the fence (%v):\n%s", bridge, name, err, unfenced)
+	}
+	out, _ = docker("exec", agent, "/probe", "dns", "--timeout=3s", bridge.String()+":53", name)
+	if !strings.Contains(out, "operation not permitted") || len(answers(out)) > 0 {
+		t.Errorf("the agent's query to Podman's resolver at %s was not stopped by its fence:\n%s", bridge, out)
 	}
 }
 

@@ -296,6 +296,17 @@ func fenceIn(project *types.Project, p *profile.Profile, h Host, image string, g
 	// Ports of the namespace are published from its holder.
 	n.Ports, agent.Ports = agent.Ports, nil
 	n.Environment = types.MappingWithEquals{"GIT_DISCOVERY_ACROSS_FILESYSTEM": ptr("1")}
+	if agent.UserNSMode == "keep-id" {
+		// A rootless engine makes the namespace of a container with a user
+		// namespace of its own in that user namespace, and a container in
+		// another one cannot join it (its runtime may not mount /sys
+		// there): the holder maps the user to itself, and the agent runs
+		// in the holder's user namespace, which has the mapping the agent's
+		// own keep-id would have. The agent, as the user there, has no
+		// capability in it; the holder's root is not the user.
+		n.UserNSMode = "keep-id"
+		agent.UserNSMode = "container:" + ContainerName(project.Name, NetnsService)
+	}
 	project.Services[NetnsService] = n
 	agent.Networks = nil
 	agent.DNS = nil
@@ -304,6 +315,10 @@ func fenceIn(project *types.Project, p *profile.Profile, h Host, image string, g
 	agent.NetworkMode = "service:" + NetnsService
 	agent.DependsOn[NetnsService] = types.ServiceDependency{Condition: types.ServiceConditionStarted, Required: true}
 }
+
+// ContainerName is the name the engine's Compose gives the container of a
+// project's service it starts (not the one-off container of a run).
+func ContainerName(project, service string) string { return project + "-" + service + "-1" }
 
 // FenceWait bounds the wait for a netns service's fence, from its start.
 const FenceWait = 15 * time.Second

@@ -510,6 +510,48 @@ func TestAllowlistFencedNetns(t *testing.T) {
 	}
 }
 
+// TestAllowlistFencedNetnsRootless: on a rootless Podman (keep-id), the
+// holder of the agent's network namespace maps the user to itself, and the
+// agent runs in the holder's user namespace (a container of another user
+// namespace cannot join a rootless engine's namespace of one: its runtime
+// may not mount /sys there), found by the name Compose gives the holder's
+// container. An agent that is not the user (user: root) keeps the engine's
+// own user namespace, and so does the holder.
+func TestAllowlistFencedNetnsRootless(t *testing.T) {
+	p, err := profile.Locations{}.Load(filepath.Join("testdata", "allowlist", "profile.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fixtureHost(t, p)
+	h.Engine = generator.EngineFacts{TmpfsU: true, TmpfsCopyUp: true, NamesHost: true, KeepID: true, UserSpaceGateway: true, FencedNetns: true} // rootless Podman's
+	opts := generator.Options{Project: project, GatewayImage: "propio-sandbox/gateway:0123", Subnet: netip.MustParsePrefix("198.19.3.0/24")}
+	proj, err := generator.Generate(p, h, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, n, gw := proj.Services[generator.Service], proj.Services[generator.NetnsService], proj.Services[generator.GatewayService]
+	if want := "container:" + project + "-netns-1"; agent.UserNSMode != want || n.UserNSMode != "keep-id" || gw.UserNSMode != "keep-id" {
+		t.Errorf("userns_mode: agent %q, netns %q, gateway %q; want %q, keep-id, keep-id", agent.UserNSMode, n.UserNSMode, gw.UserNSMode, want)
+	}
+	if agent.User != "1000:1000" || n.User != "0:0" || !slices.Equal(n.CapAdd, []string{"NET_ADMIN"}) || len(agent.CapAdd) != 0 {
+		t.Errorf("users: agent %q (cap_add %v), netns %q (cap_add %v); want the user's without capabilities, root with NET_ADMIN alone", agent.User, agent.CapAdd, n.User, n.CapAdd)
+	}
+	if want := []string{"netns-fence", "--gateway", "198.19.3.2"}; !slices.Equal(n.Command, want) {
+		t.Errorf("netns command %q, want %q: a gateway relaying in user space has no virtual addresses", n.Command, want)
+	}
+	if _, err := generator.Render(proj); err != nil {
+		t.Errorf("render: %v", err)
+	}
+	p.User = profile.RootUser()
+	proj, err = generator.Generate(p, h, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, n := proj.Services[generator.Service].UserNSMode, proj.Services[generator.NetnsService].UserNSMode; a != "" || n != "" {
+		t.Errorf("user root: userns_mode agent %q, netns %q; want the engine's own for both", a, n)
+	}
+}
+
 func TestRootlessPodmanKeepsTheUsersID(t *testing.T) {
 	p, err := profile.Locations{}.Load("strict")
 	if err != nil {

@@ -9,7 +9,7 @@
 //	probe ls PATH             list a directory, one name a line
 //	probe fs OP...            file operations in order, each one argument ("write PATH TEXT", "mv A B", "fill PATH 100m", ...; see fs.go)
 //	probe find TEXT DIR       read every file reachable below DIR, through links, and print "found PATH" for each holding TEXT, then "searched N files"
-//	probe connect HOST:PORT   open a TCP connection and print what the peer sends first
+//	probe connect HOST:PORT   open a TCP connection and print what the peer sends first (each wait bounded by --timeout, 5s)
 //	probe unixget SOCKET PATH GET PATH over HTTP on a unix socket (an engine's API), print "status N" then the first 4 KiB of the body
 //	probe cat                 copy stdin to stdout
 //	probe tty                 print whether stdin and stdout are terminals, and stdout's size when it is one
@@ -129,10 +129,10 @@ func main() {
 	case "find":
 		find(args)
 	case "connect":
-		need(args, 1)
-		conn, err := net.DialTimeout("tcp", args[0], 5*time.Second)
+		o, args := parse("connect", args, 1, 5*time.Second, false)
+		conn, err := net.DialTimeout("tcp", args[0], o.timeout)
 		check(err)
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		conn.SetReadDeadline(time.Now().Add(o.timeout))
 		buf := make([]byte, 256)
 		n, _ := conn.Read(buf)
 		conn.Close()

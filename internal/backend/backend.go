@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -236,8 +237,39 @@ type Facts struct {
 	DataDir string
 	// InternalNetworks: a network made internal keeps the host out of it.
 	// Podman gives the host an address on it (and serves DNS there), so an
-	// allowlist, which relies on it, cannot run there.
+	// allowlist sandbox there is fenced in another way (from Podman
+	// FencedAllowlistSince on).
 	InternalNetworks bool
+	// Version is the engine's version, as it says (Podman's own, not its
+	// API's).
+	Version string
+}
+
+// FencedAllowlistSince is the first Podman version on which an allowlist
+// sandbox is fenced in as Docker's internal network keeps it in (a
+// container of its own holds its network namespace and fences it in,
+// rootful and rootless): the version that is tested. An older Podman
+// refuses allowlists.
+const FencedAllowlistSince = "4.3.1"
+
+// VersionLess reports whether version a is older than b, comparing their
+// dot-separated numbers (1.41 and 1.9, 4.3.1 and 5.0.0-rc1: each part's
+// leading digits); an empty a is older than any b.
+func VersionLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < max(len(pa), len(pb)); i++ {
+		var x, y int
+		if i < len(pa) {
+			fmt.Sscan(pa[i], &x)
+		}
+		if i < len(pb) {
+			fmt.Sscan(pb[i], &y)
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
 
 // Volume names a volume of the engine, and the helper container through

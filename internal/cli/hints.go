@@ -55,7 +55,7 @@ func hintError(err error, p *profile.Profile, ref string) error {
 	case errors.Is(err, sandbox.ErrGatewayBinary):
 		return withHint(err, "build propio-sandbox for Linux (GOOS=linux CGO_ENABLED=0 go build ./cmd/propio-sandbox) and name it in "+sandbox.EnvGatewayBinary)
 	case errors.Is(err, sandbox.ErrAllowlistOnPodman):
-		return withHint(err, "use Docker (--engine docker) or rootful Podman (4.3.1 or newer) for this profile, or a profile without an allowlist on rootless Podman (-p open, or -p offline)")
+		return withHint(err, "upgrade Podman, or use Docker (--engine docker) for this profile, or a profile without an allowlist on this Podman (-p open, or -p offline)")
 	case errors.As(err, &mode):
 		return withHint(err, "set "+sshagent.EnvMode+" to auto, on or off")
 	case errors.As(err, &fatal):

@@ -171,7 +171,7 @@ func ConnectTo(ctx context.Context, loc Location, s Streams) (*Engine, error) {
 		}
 		apiVersion = ping.APIVersion
 	}
-	if apiVersion != "" && versionLess(apiVersion, MinAPIVersion) {
+	if apiVersion != "" && backend.VersionLess(apiVersion, MinAPIVersion) {
 		return nil, fmt.Errorf("engine at %s speaks API %s, propio-sandbox needs %s (Docker Engine 20.10) or newer: %w", host, apiVersion, MinAPIVersion, ErrEngineTooOld)
 	}
 	// The service takes its streams from the CLI, which keeps stdin the
@@ -309,26 +309,8 @@ func classify(host string, err error) error {
 
 // lowerVersion is the lower of two API versions.
 func lowerVersion(a, b string) string {
-	if versionLess(b, a) {
+	if backend.VersionLess(b, a) {
 		return b
 	}
 	return a
-}
-
-// versionLess compares API versions such as 1.41 and 1.9.
-func versionLess(a, b string) bool {
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < max(len(pa), len(pb)); i++ {
-		var x, y int
-		if i < len(pa) {
-			fmt.Sscan(pa[i], &x)
-		}
-		if i < len(pb) {
-			fmt.Sscan(pb[i], &y)
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
 }

@@ -41,6 +41,7 @@ func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
 	f.Local = info.Storage.Local
 	f.Remote, f.RemoteWhy = info.Remote, info.RemoteWhy
 	f.DataDir = info.DataDir
+	f.Version = info.Version
 	f.StorageQuota, f.StorageWhy = info.Storage.Quota, info.Storage.Why
 	return f, nil
 }

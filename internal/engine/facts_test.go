@@ -41,11 +41,12 @@ func TestFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := testenv.Docker("info", "--format", "{{.OperatingSystem}}|{{json .SecurityOptions}}")
+	out, err := testenv.Docker("info", "--format", "{{.OperatingSystem}}|{{json .SecurityOptions}}|{{.ServerVersion}}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	osName, secopts, _ := strings.Cut(strings.TrimSpace(out), "|")
+	osName, rest, _ := strings.Cut(strings.TrimSpace(out), "|")
+	secopts, version, _ := strings.Cut(rest, "|")
 	info, err := eng.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,7 @@ func TestFacts(t *testing.T) {
 	want.StorageQuota, want.StorageWhy = info.Storage.Quota, info.Storage.Why
 	want.DataDir = info.DataDir
 	want.Remote, want.RemoteWhy = info.Remote, info.RemoteWhy
+	want.Version = version
 	if facts != want {
 		t.Errorf("Facts = %+v\nwant    %+v", facts, want)
 	}
@@ -96,7 +98,7 @@ func TestFactsPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if facts.Kind != engine.Podman || !facts.TmpfsU || !facts.NamesHost || facts.InternalNetworks || facts.KeepID || facts.Rootless {
+	if facts.Kind != engine.Podman || !facts.TmpfsU || !facts.NamesHost || facts.InternalNetworks || facts.KeepID || facts.Rootless || facts.Version == "" {
 		t.Errorf("rootful Podman's facts: %+v", facts)
 	}
 }

@@ -488,9 +488,9 @@ func (c *checker) engine(ctx context.Context) Result {
 		return fail(fmt.Sprintf("%s; %s: network.unlisted: ask does not run on an engine on another machine yet (its gateway asks through a directory of this host)", engineReason(c.info), c.Profile.Pos("network", "unlisted")),
 			"use network.unlisted: deny there, or run it with an engine on this host")
 	}
-	if c.Profile.Network.Mode == "allowlist" && c.info.Kind == "podman" && c.info.Rootless {
-		return fail(engineReason(c.info)+"; network.mode allowlist does not run on rootless Podman yet (the fence that keeps its sandbox off the host's address on the sandbox network is made as root)",
-			"use rootful Podman (4.3.1 or newer: the tested version) or Docker for this profile",
+	if c.Profile.Network.Mode == "allowlist" && c.info.Kind == "podman" && backend.VersionLess(c.info.Version, backend.FencedAllowlistSince) {
+		return fail(engineReason(c.info)+"; network.mode allowlist needs Podman "+backend.FencedAllowlistSince+" or newer (the fence that keeps its sandbox off the host's address on the sandbox network is tested from that version on, rootful and rootless)",
+			"upgrade Podman to "+backend.FencedAllowlistSince+" or newer, or use Docker for this profile",
 			"or a profile without an allowlist here (-p open, or -p offline)")
 	}
 	if c.info.Remote {

@@ -220,7 +220,17 @@ func TestChecks(t *testing.T) {
 			e := goodEngine
 			e.info.Kind, e.info.Version, e.info.Rootless = "podman", "4.3.1", true
 			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
-		}, reason: "does not run on rootless Podman yet", hint: "rootful Podman (4.3.1 or newer"},
+		}, ok: true, reason: "reachable: podman 4.3.1"},
+		{name: "allowlist on an older podman", check: preflight.Engine, yaml: "network: {mode: allowlist, allow: [a.test]}\n", adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.info.Kind, e.info.Version, e.info.Rootless = "podman", "4.2.0", true
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, reason: "reachable: podman 4.2.0, amd64; network.mode allowlist needs Podman 4.3.1 or newer", hint: "upgrade Podman to 4.3.1 or newer"},
+		{name: "no allowlist on an older podman", check: preflight.Engine, yaml: "network: {mode: none}\n", adjust: func(in *preflight.Inputs) {
+			e := goodEngine
+			e.info.Kind, e.info.Version = "podman", "3.4.4"
+			in.Connect = func(context.Context) (preflight.EngineConn, error) { return e, nil }
+		}, ok: true, reason: "reachable: podman 3.4.4"},
 		{name: "engine down", check: preflight.Engine, adjust: func(in *preflight.Inputs) {
 			in.Connect = func(context.Context) (preflight.EngineConn, error) {
 				return nil, hintedErr{errors.New("the container engine is not running")}

@@ -68,7 +68,7 @@ func (s *launch) declaredCheck(ctx context.Context, c profile.DeclaredCheck) pre
 		"or skip it for this run: propio-sandbox run --skip-checks \"" + c.Name + "\"",
 	}
 	if s.Profile.Network.Mode == "allowlist" && allowlistRefused(s.facts) {
-		return preflight.Result{Name: c.Name, Reason: "not run: network.mode allowlist does not run on rootless Podman yet", Hints: []string{"use Docker (--engine docker) or rootful Podman for this profile"}}
+		return preflight.Result{Name: c.Name, Reason: "not run: network.mode allowlist needs Podman " + backend.FencedAllowlistSince + " or newer", Hints: []string{"upgrade Podman, or use Docker (--engine docker) for this profile"}}
 	}
 	o := s.opts
 	o.Project = generator.ProjectName(s.Env.Workspace, "check-"+runID())

@@ -69,7 +69,7 @@ func (e *EngineGoneError) also(project *types.Project) {
 		}
 		c := svc.ContainerName
 		if c == "" {
-			c = project.Name + "-" + name + "-1" // as Compose names them
+			c = generator.ContainerName(project.Name, name)
 		}
 		e.Containers = append(e.Containers, c)
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,14 +70,17 @@ type Launch struct {
 	Cluster ClusterTarget
 }
 
-// ErrAllowlistOnPodman: network.mode allowlist does not run on rootless
-// Podman yet.
-var ErrAllowlistOnPodman = errors.New("network.mode allowlist does not run on rootless Podman yet: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), and the fence that keeps the sandbox from them is made and tested on rootful Podman only (4.3.1 and newer)")
+// ErrAllowlistOnPodman: network.mode allowlist does not run on a Podman
+// older than backend.FencedAllowlistSince.
+var ErrAllowlistOnPodman = errors.New("network.mode allowlist needs Podman " + backend.FencedAllowlistSince + " or newer: Podman gives the host an address on the sandbox's internal network (it ignores com.docker.network.bridge.inhibit_ipv4 and serves DNS there), and the fence that keeps the sandbox from them is made and tested from Podman " + backend.FencedAllowlistSince + " on, rootful and rootless")
 
 // allowlistRefused says whether the engine cannot keep an allowlist
-// sandbox in: its internal networks do not keep the host out, and the fence
-// that does (generator.EngineFacts.FencedNetns) is not made on it.
-func allowlistRefused(f backend.Facts) bool { return !f.InternalNetworks && f.Rootless }
+// sandbox in: its internal networks do not keep the host out, and it is
+// older than the version whose fence (generator.EngineFacts.FencedNetns)
+// is tested.
+func allowlistRefused(f backend.Facts) bool {
+	return !f.InternalNetworks && backend.VersionLess(f.Version, backend.FencedAllowlistSince)
+}
 
 // launch is the state of one Launch while it runs.
 type launch struct {
@@ -315,7 +319,7 @@ func (s *launch) run(ctx context.Context, names engineNames) (code int, err erro
 	s.collectLeftovers(ctx, names)
 	defer s.reportLeftovers(ctx)
 	if s.Profile.Network.Mode == "allowlist" && allowlistRefused(s.facts) {
-		return 0, ErrAllowlistOnPodman
+		return 0, fmt.Errorf("%w (this engine: Podman %s)", ErrAllowlistOnPodman, cmp.Or(s.facts.Version, "of an unknown version"))
 	}
 	if s.build {
 		if code, err := s.buildFirst(ctx); err != nil {

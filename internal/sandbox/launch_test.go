@@ -162,18 +162,28 @@ func TestNameLeftByAKilledLauncher(t *testing.T) {
 }
 
 // Where the engine's facts say a network made internal does not keep the
-// host out and it runs rootless (rootless Podman), an allowlist is refused before anything is made, and
-// its declared checks are not run.
+// host out and it is older than the Podman whose fence is tested (4.3.1),
+// an allowlist is refused before anything is made, naming both versions,
+// and its declared checks are not run; from that version on, rootful or
+// rootless, it is not refused.
 func TestAllowlistRefusedWithoutInternalNetworks(t *testing.T) {
 	t.Parallel()
+	for _, v := range []string{"4.3.1", "4.9.3", "5.0.0-rc1"} {
+		for _, rootless := range []bool{false, true} {
+			if allowlistRefused(backend.Facts{Kind: "podman", Rootless: rootless, Version: v}) {
+				t.Errorf("Podman %s (rootless %v): allowlist refused", v, rootless)
+			}
+		}
+	}
 	f := newFake(t)
 	f.facts.InternalNetworks = false
 	f.facts.Rootless = true
+	f.facts.Version = "4.2.1"
 	p := &profile.Profile{Network: profile.Network{Mode: "allowlist"}}
 	s, _ := fakeLaunch(t, f, p)
 	code, err := s.run(context.Background(), engineNames{})
-	if !errors.Is(err, ErrAllowlistOnPodman) || code != 0 {
-		t.Errorf("run = %d, %v; want ErrAllowlistOnPodman", code, err)
+	if !errors.Is(err, ErrAllowlistOnPodman) || code != 0 || !strings.Contains(err.Error(), "needs Podman 4.3.1 or newer") || !strings.Contains(err.Error(), "(this engine: Podman 4.2.1)") {
+		t.Errorf("run = %d, %v; want ErrAllowlistOnPodman naming 4.3.1 and 4.2.1", code, err)
 	}
 	for _, c := range f.called() {
 		if c != "List" { // the leftovers' collection, and the guard's look at them
