@@ -209,6 +209,9 @@ type Facts struct {
 	// storage option size); StorageWhy says why it can or why not.
 	StorageQuota bool
 	StorageWhy   string
+	// LimitsIgnored says why the engine does not enforce a container's
+	// memory, pids and CPU limits (empty when it does).
+	LimitsIgnored string
 	// TmpfsU: the engine refuses uid= and gid= on a tmpfs, and gives the
 	// tmpfs to the container's user with the option U instead (Podman).
 	TmpfsU bool
@@ -564,6 +567,10 @@ type Info struct {
 	CPUs      float64
 	Memory    int64
 	Published []string
+	// LimitsIgnored says why the engine does not enforce a container's
+	// memory, pids and CPU limits (empty when it does): a rootless engine
+	// on cgroups v1, which Podman says it ignores them on.
+	LimitsIgnored string
 }
 
 // Storage is how the engine keeps containers' writable layers, and whether

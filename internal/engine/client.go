@@ -221,3 +221,52 @@ func (c *apiClient) ContainerList(ctx context.Context, opts client.ContainerList
 	}
 	return res, nil
 }
+
+// ContainerWait answers a wait that failed (its connection broke, or the
+// engine said an error) with the container's state: its exit code when it
+// has exited, else one more wait (until it is not running, or as asked
+// when it has not started). The SDK would take the failure for exit status
+// 125, the launcher's "the engine went away", and say nothing of it.
+func (c *apiClient) ContainerWait(ctx context.Context, id string, opts client.ContainerWaitOptions) client.ContainerWaitResult {
+	first := c.APIClient.ContainerWait(ctx, id, opts)
+	resultC := make(chan container.WaitResponse, 1)
+	errC := make(chan error, 1)
+	go func() {
+		var failed error
+		select {
+		case res := <-first.Result:
+			if res.Error == nil {
+				resultC <- res
+				return
+			}
+			failed = fmt.Errorf("%s", res.Error.Message)
+		case err := <-first.Error:
+			if ctx.Err() != nil {
+				errC <- err
+				return
+			}
+			failed = err
+		}
+		res, err := c.APIClient.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil || res.Container.State == nil {
+			errC <- fmt.Errorf("waiting for the container: %v; and then: %v", failed, err)
+			return
+		}
+		cond := container.WaitConditionNotRunning // returns at once once it has stopped
+		switch st := res.Container.State; {
+		case st.Status == container.StateCreated:
+			cond = opts.Condition // not started yet
+		case !st.Running:
+			resultC <- container.WaitResponse{StatusCode: int64(st.ExitCode)}
+			return
+		}
+		again := c.APIClient.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: cond})
+		select {
+		case res := <-again.Result:
+			resultC <- res
+		case err := <-again.Error:
+			errC <- fmt.Errorf("waiting for the container: %w (and before: %v)", err, failed)
+		}
+	}()
+	return client.ContainerWaitResult{Result: resultC, Error: errC}
+}

@@ -43,5 +43,6 @@ func (e *Engine) Facts(ctx context.Context) (backend.Facts, error) {
 	f.DataDir = info.DataDir
 	f.Version = info.Version
 	f.StorageQuota, f.StorageWhy = info.Storage.Quota, info.Storage.Why
+	f.LimitsIgnored = info.LimitsIgnored
 	return f, nil
 }

@@ -59,6 +59,9 @@ func (e *Engine) Info(ctx context.Context) (Info, error) {
 	in.Storage = storageOf(res.Info, e.Kind, e.Host)
 	in.Remote, in.RemoteWhy = remoteOf(res.Info, e.Host)
 	in.CPUs, in.Memory = float64(res.Info.NCPU), res.Info.MemTotal
+	if in.Rootless && res.Info.CgroupVersion == "1" {
+		in.LimitsIgnored = "a rootless engine on cgroups v1 cannot set a container's memory, pids or CPU limits"
+	}
 	if in.Remote {
 		// What the engine's containers publish changes from launch to
 		// launch: never kept (an engine elsewhere is not named anyway).

@@ -493,10 +493,14 @@ func (c *checker) engine(ctx context.Context) Result {
 			"upgrade Podman to "+backend.FencedAllowlistSince+" or newer, or use Docker for this profile",
 			"or a profile without an allowlist here (-p open, or -p offline)")
 	}
-	if c.info.Remote {
-		return pass(engineReason(c.info) + "; on another machine (" + c.info.RemoteWhy + "): the workspace goes there by copy")
+	reason := engineReason(c.info)
+	if c.info.LimitsIgnored != "" {
+		reason += "; resource limits NOT enforced: " + c.info.LimitsIgnored
 	}
-	return pass(engineReason(c.info))
+	if c.info.Remote {
+		return pass(reason + "; on another machine (" + c.info.RemoteWhy + "): the workspace goes there by copy")
+	}
+	return pass(reason)
 }
 
 // engineReason says which engine answered, where, through which Docker

@@ -176,6 +176,9 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.facts = facts
+	if facts.LimitsIgnored != "" {
+		s.report.Warn(limitsIgnored(facts.LimitsIgnored))
+	}
 	if facts.Remote {
 		if err := l.onRemote(facts.RemoteWhy); err != nil {
 			return 0, err
@@ -628,3 +631,9 @@ func (e *SSHModeError) Unwrap() error { return e.Err }
 // engineFacts puts what differs on the launch's engine, as the engine
 // reports it, into the host facts.
 func (s *launch) engineFacts(h *generator.Host) { h.Engine = hostFacts(s.facts) }
+
+// limitsIgnored is the warning of a launch on an engine that does not
+// enforce the profile's resource limits (why).
+func limitsIgnored(why string) string {
+	return "the sandbox's memory, pids and CPU limits are not enforced: " + why + "; a process inside can exhaust this machine's memory and processes (Docker, rootful Podman, or a rootless engine on cgroups v2 enforce them)"
+}
