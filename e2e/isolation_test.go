@@ -109,14 +109,11 @@ func TestIsolationOwnership(t *testing.T) {
 		const id = 4242
 		s := newSandbox(t)
 		if testenv.EnginePodman(t) {
-			// CI's Podman is rootful, as the launcher runs as root there: a
-			// rootless Podman for uid 4242 needs what this machine does not
-			// give an unprivileged user (a writable /dev/net/tun for its
-			// network, a runtime directory of its own, an overlay storage
-			// configuration). So this is the rootful case: the files are the
-			// launcher's. Rootless runs with userns_mode keep-id, which the
-			// generator's tests check.
-			t.Log("Podman here is rootful: a rootless Podman needs /dev/net/tun, a runtime directory and storage this machine does not give uid 4242")
+			// This launcher of uid 4242 uses the rootful Podman of the
+			// pass, so the files are the launcher's. A rootless Podman's
+			// user (keep-id) is .ci/run's rootless pass, which runs
+			// TestIsolationOwnership as that user against its own Podman.
+			t.Log("Podman here is rootful: the rootless case is .ci/run's rootless pass")
 		}
 		p := s.Profile(probeOffline)
 		sockGID := isolationSocketGID(t)
