@@ -4,8 +4,9 @@
 // errors). internal/engine implements it for Docker and Podman; the launch
 // (internal/sandbox) drives it, and its tests fake it.
 //
-// It holds no implementation: it imports nothing of this module and talks
-// to no engine.
+// It holds no engine's implementation: it imports nothing of this module
+// and talks to no engine (its only code is pure, as VersionLess, which
+// both sides compare engine versions with).
 package backend
 
 import (
