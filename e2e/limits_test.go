@@ -31,11 +31,7 @@ for pid in pids:
 // launcher says so on the launch, and it is true: the forks go past it.
 func TestResourceLimitsEnforcedOrWarned(t *testing.T) {
 	s := newSandbox(t)
-	cgroups, err := docker("info", "--format", "{{.CgroupVersion}}")
-	if err != nil {
-		t.Fatalf("the engine's cgroups version: %v", err)
-	}
-	ignored := engineRootless(t) && strings.TrimSpace(cgroups) == "1"
+	ignored := engineIgnoresLimits(t)
 	p := s.Profile("image: propio-sandbox/agent:latest\nnetwork: {mode: none}\nresources: {pids: 32}\n")
 	r := s.Run("", "run", "-p", p, "--", "python3", "-c", forkScript)
 	m := regexp.MustCompile(`forks=(\d+)`).FindStringSubmatch(r.Stdout)
@@ -51,4 +47,15 @@ func TestResourceLimitsEnforcedOrWarned(t *testing.T) {
 		t.Errorf("warned %v, %d forks under a pids limit of 32 (want no warning, and the limit to stop them):\n%s", warned, forks, r)
 	}
 	t.Logf("limits ignored by the engine: %v; %d forks; warned: %v", ignored, forks, warned)
+}
+
+// engineIgnoresLimits reports whether the tests' engine cannot enforce a
+// container's resource limits: a rootless engine on cgroups v1.
+func engineIgnoresLimits(t *testing.T) bool {
+	t.Helper()
+	cgroups, err := docker("info", "--format", "{{.CgroupVersion}}")
+	if err != nil {
+		t.Fatalf("the engine's cgroups version: %v", err)
+	}
+	return engineRootless(t) && strings.TrimSpace(cgroups) == "1"
 }
