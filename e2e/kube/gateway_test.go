@@ -356,18 +356,7 @@ exit 7`
 	cmd := a.run(t, ws, t.TempDir(), attack)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatalf("run did not end within 3 minutes\nstderr:\n%s", stderr.String())
-	}
+	err := runWithin(t, cmd, 3*time.Minute, &stderr)
 	t.Logf("the sandbox said:\n%s", stdout.String())
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 7 {

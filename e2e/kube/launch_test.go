@@ -104,18 +104,7 @@ func TestKubeLaunchRun(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = out, &stderr
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatalf("run did not end within 3 minutes\nstderr:\n%s", stderr.String())
-	}
+	err := runWithin(t, cmd, 3*time.Minute, &stderr)
 	select {
 	case <-out.first:
 	default:
@@ -146,6 +135,7 @@ func TestKubeLaunchRun(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-out.first:
@@ -545,4 +535,25 @@ func startLauncher(t *testing.T, cmd *exec.Cmd) chan error {
 		<-done
 	})
 	return done
+}
+
+// runWithin starts the launcher cmd and waits for it, at most d (then it is
+// killed, and the test fails saying what it said on stderr), and returns
+// how it ended.
+func runWithin(t *testing.T, cmd *exec.Cmd, d time.Duration, stderr fmt.Stringer) error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("run did not end within %v\nstderr:\n%s", d, stderr)
+	}
+	return nil
 }
