@@ -356,7 +356,7 @@ exit 7`
 	cmd := a.run(t, ws, t.TempDir(), attack)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := runWithin(t, cmd, 3*time.Minute, &stderr)
+	err := runBounded(t, cmd, 3*time.Minute)
 	t.Logf("the sandbox said:\n%s", stdout.String())
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 7 {

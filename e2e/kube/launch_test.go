@@ -104,7 +104,7 @@ func TestKubeLaunchRun(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = out, &stderr
 	start := time.Now()
-	err := runWithin(t, cmd, 3*time.Minute, &stderr)
+	err := runBounded(t, cmd, 3*time.Minute)
 	select {
 	case <-out.first:
 	default:
@@ -386,7 +386,8 @@ echo x > .env 2>/dev/null || echo hide-held; echo y > src/ro.txt 2>/dev/null || 
 	}
 }
 
-// runBounded runs cmd, killing it after limit.
+// runBounded runs cmd, killing it after limit (the test then fails, with
+// what it said on its stderr when that is a buffer).
 func runBounded(t *testing.T, cmd *exec.Cmd, limit time.Duration) error {
 	t.Helper()
 	if err := cmd.Start(); err != nil {
@@ -400,7 +401,11 @@ func runBounded(t *testing.T, cmd *exec.Cmd, limit time.Duration) error {
 	case <-time.After(limit):
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("%s did not end within %v", strings.Join(cmd.Args, " "), limit)
+		said := ""
+		if e, ok := cmd.Stderr.(fmt.Stringer); ok {
+			said = "\nstderr:\n" + e.String()
+		}
+		t.Fatalf("%s did not end within %v%s", strings.Join(cmd.Args, " "), limit, said)
 		return nil
 	}
 }
@@ -535,25 +540,4 @@ func startLauncher(t *testing.T, cmd *exec.Cmd) chan error {
 		<-done
 	})
 	return done
-}
-
-// runWithin starts the launcher cmd and waits for it, at most d (then it is
-// killed, and the test fails saying what it said on stderr), and returns
-// how it ended.
-func runWithin(t *testing.T, cmd *exec.Cmd, d time.Duration, stderr fmt.Stringer) error {
-	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("run did not end within %v\nstderr:\n%s", d, stderr)
-	}
-	return nil
 }
