@@ -309,11 +309,7 @@ func TestBrokerPutsTheValueIn(t *testing.T) {
 	}
 }
 
-func (b *brokerGateway) logText() string {
-	b.log.mu.Lock()
-	defer b.log.mu.Unlock()
-	return b.log.buf.String()
-}
+func (b *brokerGateway) logText() string { return b.log.String() }
 
 // TestBrokerLeavesOtherSentinels: a sentinel sent to a host its secret does
 // not name leaves as it is, in the headers or the URL, and is logged; so

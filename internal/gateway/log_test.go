@@ -1,34 +1,23 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // entryLog collects the gateway's log for a test to read.
-type entryLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *entryLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type entryLog struct{ testenv.Buffer }
 
 // entries parses the log strictly: every line one Entry, no unknown field.
 func (l *entryLog) entries(t *testing.T) []decisionlog.Entry {
 	t.Helper()
-	l.mu.Lock()
-	text := l.buf.String()
-	l.mu.Unlock()
+	text := l.String()
 	var out []decisionlog.Entry
 	for line := range strings.Lines(text) {
 		d := json.NewDecoder(strings.NewReader(line))
