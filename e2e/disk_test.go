@@ -15,9 +15,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // diskCap is the tests' cap, and over is a write past it.
@@ -229,6 +232,134 @@ func TestDiskNotRootLauncher(t *testing.T) {
 			start := time.Now()
 			r := runCmd(t, ctx, cmd)
 			stoppedByCap(t, r, tc.where, time.Since(start))
+		})
+	}
+}
+
+// What the agent prints goes to the user as it comes, and the engine keeps
+// at most 10m of it (json-file with max-size, on every container of a
+// sandbox): printing far past the cap grows no log on the host.
+func TestDiskStdout(t *testing.T) {
+	s, image := diskSandbox(t)
+	p := s.Profile("image: " + image + "\n" + probeOffline)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := &outputCount{mark: []byte("flooded\n"), seen: make(chan struct{})}
+	var stderr testenv.Buffer
+	cmd := s.Command(ctx, "run", "-p", p, "--", "flood", diskOver)
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	select {
+	case <-out.seen:
+	case <-time.After(time.Minute):
+		t.Fatalf("the sandbox did not print %s within a minute (%d bytes came):\n%s", diskOver, out.count(), stderr.String())
+	}
+	id, _ := agentOf(t, s)
+	format := `{{.HostConfig.LogConfig.Type}} {{index .HostConfig.LogConfig.Config "max-size"}} {{.LogPath}}`
+	if testenv.EnginePodman(t) {
+		format = `{{.HostConfig.LogConfig.Type}} {{.HostConfig.LogConfig.Size}} {{.HostConfig.LogConfig.Path}}`
+	}
+	f := strings.Fields(mustDocker(t, "inspect", "-f", format, id))
+	if len(f) != 3 {
+		t.Fatalf("the container's log configuration: %q", f)
+	}
+	t.Logf("the engine's log: driver %s, max size %s, at %s", f[0], f[1], f[2])
+	if !testenv.EnginePodman(t) && (f[0] != "json-file" || f[1] != "10m") {
+		t.Errorf("the container's log is %s of max-size %q, want json-file of 10m", f[0], f[1])
+	}
+	fi, err := os.Stat(f[2])
+	if err != nil {
+		t.Fatalf("the container's log on the host: %v", err)
+	}
+	if fi.Size() > 11<<20 {
+		t.Errorf("the engine's log of the container holds %d bytes after the sandbox printed %s: want 10m at most", fi.Size(), diskOver)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if want := int64(100 << 20); out.count() < want {
+		t.Errorf("the user got %d bytes of the sandbox's output, want the %d it printed", out.count(), want)
+	}
+}
+
+// outputCount counts the bytes written to it, and closes seen once they end
+// with mark.
+type outputCount struct {
+	mu   sync.Mutex
+	n    int64
+	tail []byte
+	mark []byte
+	seen chan struct{}
+}
+
+func (o *outputCount) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n += int64(len(b))
+	o.tail = append(o.tail, b...)
+	if len(o.tail) > 4096 {
+		o.tail = o.tail[len(o.tail)-4096:]
+	}
+	if bytes.HasSuffix(o.tail, o.mark) && o.seen != nil {
+		close(o.seen)
+		o.seen = nil
+	}
+	return len(b), nil
+}
+
+func (o *outputCount) count() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
+}
+
+// A launcher killed (SIGKILL) while its sandbox writes under disk: 1g: its
+// watchdog removes the sandbox (an allowlist's gateway and networks too) at
+// once, so the write stops far short of the cap, where nothing would stop
+// it otherwise until its command ended.
+func TestDiskKilledLauncher(t *testing.T) {
+	for _, tc := range []struct{ name, network string }{
+		{"offline", probeOffline},
+		{"allowlist", "network:\n  mode: allowlist\n  allow: [allowed.test]\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSandbox(t)
+			p := s.Profile(tc.network + "resources: {disk: 1g}\n")
+			// 2g at 50 MiB/s at most: 40 s unless stopped.
+			l := cleanupStart(t, s, "run", "-p", p, "--", "fs", "trickle big 2g")
+			l.waitStdout(t, "trickling", time.Minute)
+			big := filepath.Join(s.Workspace, "big")
+			size := func() int64 {
+				fi, err := os.Stat(big)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi.Size()
+			}
+			for deadline := time.Now().Add(time.Minute); size() < 16<<20; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the sandbox wrote %d bytes in a minute", size())
+				}
+			}
+			l.signal(t, syscall.SIGKILL)
+			l.wait(t, time.Minute)
+			killed := time.Now()
+			for left := s.Leftovers(); len(left) > 0; left = s.Leftovers() {
+				if time.Since(killed) > 20*time.Second {
+					t.Fatalf("20 s after its launcher was killed, the sandbox is still there: %v", left)
+				}
+				time.Sleep(100 * time.Millisecond) // the engine says nothing to the test
+			}
+			took, written := time.Since(killed), size()
+			t.Logf("removed %s after its launcher was killed, having written %d MiB", took.Round(time.Millisecond), written>>20)
+			if written >= 1<<30 {
+				t.Errorf("the sandbox wrote %d bytes under disk: 1g after its launcher was killed", written)
+			}
+			if again := size(); again != written {
+				t.Errorf("the file grew from %d to %d bytes after the sandbox was removed", written, again)
+			}
 		})
 	}
 }

@@ -23,7 +23,7 @@ func newBackground(a *app) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 	}
-	cmd.AddCommand(newBackgroundRemove(a), newBackgroundKeep(a))
+	cmd.AddCommand(newBackgroundRemove(a), newBackgroundKeep(a), newBackgroundWatch(a))
 	return cmd
 }
 
@@ -66,6 +66,34 @@ func newBackgroundRemove(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&r.Host, "host", "", "the engine's address")
 	cmd.Flags().StringVar(&r.Project, "project", "", "the sandbox's name")
 	cmd.Flags().IntVar(&r.Launcher, "launcher", 0, "the pid of the launcher that made it")
+	return cmd
+}
+
+func newBackgroundWatch(a *app) *cobra.Command {
+	var w sandbox.Watchdog
+	cmd := &cobra.Command{
+		Use:  "watch --host HOST --project NAME --launcher PID",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// It waits for as long as the run lasts; its removal is bounded.
+			if !w.LauncherGone() {
+				return nil
+			}
+			stamp(a, "the launcher (%d) of sandbox %s is gone: removing the sandbox", w.Launcher, w.Project)
+			ctx, cancel := context.WithTimeout(context.Background(), backgroundBudget)
+			defer cancel()
+			w.Streams = sandbox.Streams{Out: a.stderr, Err: a.stderr}
+			if err := w.Run(ctx); err != nil {
+				stamp(a, "removing sandbox %s (launcher %d): %v", w.Project, w.Launcher, err)
+				return exitCode(ExitFailure)
+			}
+			stamp(a, "removed sandbox %s (launcher %d)", w.Project, w.Launcher)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&w.Host, "host", "", "the engine's address")
+	cmd.Flags().StringVar(&w.Project, "project", "", "the sandbox's name")
+	cmd.Flags().IntVar(&w.Launcher, "launcher", 0, "the pid of the launcher that makes it")
 	return cmd
 }
 
