@@ -248,6 +248,7 @@ func TestDiskStdout(t *testing.T) {
 	var stderr testenv.Buffer
 	cmd := s.Command(ctx, "run", "-p", p, "--", "flood", diskOver)
 	cmd.Stdout, cmd.Stderr = out, &stderr
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +258,7 @@ func TestDiskStdout(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the sandbox did not print %s within a minute (%d bytes came):\n%s", diskOver, out.count(), stderr.String())
 	}
+	t.Logf("%d bytes printed, in %s", out.count(), time.Since(start).Round(time.Millisecond))
 	id, _ := agentOf(t, s)
 	format := `{{.HostConfig.LogConfig.Type}} {{index .HostConfig.LogConfig.Config "max-size"}} {{.LogPath}}`
 	if testenv.EnginePodman(t) {
