@@ -108,7 +108,7 @@ func newMatcher(secrets []liveSecret) *matcher {
 				}
 			case f == s.value || len(f) >= minWhole:
 				m.whole = append(m.whole, wholeForm{text: []byte(f), secret: i + 1})
-				for k := 1; k < len(f); k++ {
+				for k := 1; k < min(len(f), runLen); k++ {
 					m.begins[k][f[:k]] = true
 				}
 			}
