@@ -15,7 +15,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
@@ -77,6 +79,11 @@ func (u *brokerUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
+	case "/early": // the credential echoed in an informational response first
+		w.Header().Set("Link", r.Header.Get("Authorization"))
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		fmt.Fprint(w, "done")
 	case "/echo": // a careless server that echoes the credential
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "you sent %s", r.Header.Get("Authorization"))
@@ -294,6 +301,26 @@ func TestBrokerPutsTheValueIn(t *testing.T) {
 		t.Errorf("connection entry %+v, want allowed with bytes", conn)
 	}
 
+	t.Run("informational", func(t *testing.T) {
+		c := b.client(t, b.runRoots, false)
+		var early []string
+		req, _ := http.NewRequest("GET", b.url("llm.test", "/early"), nil)
+		req.Header.Set("Authorization", "Bearer "+s)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				early = append(early, fmt.Sprint(code, " ", h.Get("Link")))
+				return nil
+			},
+		}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := []string{"103 Bearer " + maskFor("LLM_TOKEN")}; !slices.Equal(early, want) {
+			t.Errorf("the informational responses reached the client as %q, want %q", early, want)
+		}
+	})
 	t.Run("basic", func(t *testing.T) {
 		c := b.client(t, b.runRoots, false)
 		cred := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + s))

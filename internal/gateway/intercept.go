@@ -23,7 +23,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,7 +283,20 @@ func (ic *interceptor) rewrite(pr *httputil.ProxyRequest) {
 
 // RoundTrip sends a request on over HTTP/2 when the sandbox's client spoke
 // it, else over HTTP/1.1, as the client would have.
+// The headers of an informational (1xx) response, which the proxy passes
+// on as it gets them, are masked first.
 func (ic *interceptor) RoundTrip(r *http.Request) (*http.Response, error) {
+	if x := exchangeOf(r); x != nil {
+		if m := x.target.run.matcher(x.target.host, x.target.port); m != nil {
+			// The proxy's own hook runs after this one, on the same map.
+			r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+				Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+					m.maskHeaders(http.Header(h), &x.masked)
+					return nil
+				},
+			}))
+		}
+	}
 	if r.ProtoMajor == 2 {
 		return ic.h2.RoundTrip(r)
 	}
