@@ -478,8 +478,8 @@ func (c *Config) cleartextHint(t *target, r *http.Request, names []string) strin
 	}
 	return "propio-sandbox gateway: " + r.Method + " " + target + r.URL.Path + " is plain HTTP and carries the sentinel of " + strings.Join(names, ", ") +
 		", whose value goes to " + target + " over TLS only: nothing was sent.\n" +
-		"Use https://" + t.host + r.URL.Path + " instead; or, to send the value in clear (anyone on the way can read it), add " + target +
-		" to secrets." + names[0] + ".cleartext_hosts in a profile of your own (" + where + ").\n"
+		"Use https://" + t.host + r.URL.Path + " instead; or, to send the value in clear (anyone on the way can read it), add the rule of secrets." + names[0] +
+		".hosts that names " + target + " to secrets." + names[0] + ".cleartext_hosts, in a profile of your own (" + where + ").\n"
 }
 
 // countedConn is the sandbox's side of an opened connection: it counts the
