@@ -10,10 +10,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -50,7 +48,7 @@ func (s SecretHosts) mayGo(host string, port uint16, overTLS bool) bool {
 type run struct {
 	issuer   *broker.Issuer
 	secrets  []liveSecret
-	matchers sync.Map // "host:port" -> *matcher of the values that may go there
+	matchers sync.Map // the indices of some secrets, "0,2," -> *matcher of their values
 }
 
 type liveSecret struct {
@@ -186,20 +184,22 @@ func (r *run) matcher(host string, port uint16) *matcher {
 	if r == nil {
 		return nil
 	}
-	key := net.JoinHostPort(host, strconv.Itoa(int(port)))
-	if m, ok := r.matchers.Load(key); ok {
-		return m.(*matcher)
-	}
 	var secrets []liveSecret
-	for _, s := range r.secrets {
+	var key strings.Builder
+	for i, s := range r.secrets {
 		if s.covers(host, port) {
 			secrets = append(secrets, s)
+			fmt.Fprintf(&key, "%d,", i)
 		}
 	}
-	var m *matcher
-	if len(secrets) > 0 {
-		m = newMatcher(secrets)
+	if len(secrets) == 0 {
+		return nil
 	}
-	r.matchers.Store(key, m)
-	return m
+	// One matcher per set of secrets, not per host: a wildcard's names are
+	// many, the sets few.
+	if m, ok := r.matchers.Load(key.String()); ok {
+		return m.(*matcher)
+	}
+	m, _ := r.matchers.LoadOrStore(key.String(), newMatcher(secrets))
+	return m.(*matcher)
 }
