@@ -74,7 +74,7 @@ type matcher struct {
 	// runs holds every runLen bytes of every form of a value at least
 	// runLen long, as a little-endian word, with its secret's index + 1;
 	// first has a bit for each of their first two bytes, a quick no.
-	runs  map[uint64]int
+	runs  map[uint64]uint16
 	first [1 << 16 / 64]uint64
 	// whole are the forms shorter than runLen: the value itself, or an
 	// encoding of a short value, masked only whole.
@@ -86,7 +86,7 @@ type matcher struct {
 
 type wholeForm struct {
 	text   []byte
-	secret int // index + 1
+	secret uint16 // index + 1
 }
 
 // minWhole is how short a form of a short value may be and still be
@@ -94,7 +94,7 @@ type wholeForm struct {
 const minWhole = 6
 
 func newMatcher(secrets []liveSecret) *matcher {
-	m := &matcher{runs: map[uint64]int{}}
+	m := &matcher{runs: map[uint64]uint16{}}
 	for k := 1; k < runLen; k++ {
 		m.begins[k] = map[string]bool{}
 	}
@@ -104,10 +104,10 @@ func newMatcher(secrets []liveSecret) *matcher {
 			switch {
 			case len(f) >= runLen:
 				for j := 0; j+runLen <= len(f); j++ {
-					m.addRun(f[j:j+runLen], i+1)
+					m.addRun(f[j:j+runLen], uint16(i+1))
 				}
 			case f == s.value || len(f) >= minWhole:
-				m.whole = append(m.whole, wholeForm{text: []byte(f), secret: i + 1})
+				m.whole = append(m.whole, wholeForm{text: []byte(f), secret: uint16(i + 1)})
 				for k := 1; k < min(len(f), runLen); k++ {
 					m.begins[k][f[:k]] = true
 				}
@@ -117,7 +117,7 @@ func newMatcher(secrets []liveSecret) *matcher {
 	return m
 }
 
-func (m *matcher) addRun(r string, secret int) {
+func (m *matcher) addRun(r string, secret uint16) {
 	w := binary.LittleEndian.Uint64([]byte(r))
 	if _, ok := m.runs[w]; !ok {
 		m.runs[w] = secret
@@ -130,7 +130,7 @@ func (m *matcher) addRun(r string, secret int) {
 
 // mark sets owner[i] to the secret (index + 1) of each byte of b in a run of
 // a value or a whole short form; the others it leaves as they are.
-func (m *matcher) mark(b []byte, owner []int) {
+func (m *matcher) mark(b []byte, owner []uint16) {
 	for i := 0; i+runLen <= len(b); i++ {
 		w := binary.LittleEndian.Uint64(b[i:])
 		if m.first[uint16(w)/64]&(1<<(uint16(w)%64)) == 0 {
@@ -171,7 +171,7 @@ func (m *matcher) pending(b []byte) int {
 // its mask, and notes the secrets masked. A run that begins b goes on the
 // one that ended the last emit when inRun: it gets no second mask. It
 // returns whether b ended in a run.
-func (m *matcher) emit(out, b []byte, owner []int, inRun bool, masked *[]string) ([]byte, bool) {
+func (m *matcher) emit(out, b []byte, owner []uint16, inRun bool, masked *[]string) ([]byte, bool) {
 	for i := 0; i < len(b); {
 		j := i
 		if owner[i] == 0 {
@@ -199,7 +199,7 @@ func (m *matcher) emit(out, b []byte, owner []int, inRun bool, masked *[]string)
 // maskString is s with every run masked.
 func (m *matcher) maskString(s string, masked *[]string) string {
 	b := []byte(s)
-	owner := make([]int, len(b))
+	owner := make([]uint16, len(b))
 	m.mark(b, owner)
 	for _, o := range owner {
 		if o != 0 {
@@ -326,7 +326,7 @@ type masker struct {
 	masked  *[]string
 
 	in    []byte // read, not decided yet (an end that could begin a run)
-	owner []int  // the marks of in
+	owner []uint16  // the marks of in
 	inRun bool   // the last byte decided was in a run
 	out   []byte // decided, masked, not given yet
 	given int    // of out
@@ -363,7 +363,7 @@ func (k *masker) fill(size int) {
 	k.in = k.in[:held+n]
 	k.err = err
 	if len(k.owner) < len(k.in) {
-		k.owner = append(k.owner, make([]int, len(k.in)-len(k.owner))...)
+		k.owner = append(k.owner, make([]uint16, len(k.in)-len(k.owner))...)
 	}
 	owner := k.owner[:len(k.in)]
 	clear(owner[held:])
