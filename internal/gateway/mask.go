@@ -325,11 +325,11 @@ type masker struct {
 	trailer http.Header // the response's, filled once the body has ended
 	masked  *[]string
 
-	in    []byte // read, not decided yet (an end that could begin a run)
-	owner []uint16  // the marks of in
-	inRun bool   // the last byte decided was in a run
-	out   []byte // decided, masked, not given yet
-	given int    // of out
+	in    []byte   // read, not decided yet (an end that could begin a run)
+	owner []uint16 // the marks of in
+	inRun bool     // the last byte decided was in a run
+	out   []byte   // decided, masked, not given yet
+	given int      // of out
 	err   error
 	done  bool
 }

@@ -167,27 +167,18 @@ func TestMaskerStreams(t *testing.T) {
 func TestMaskResponse(t *testing.T) {
 	t.Parallel()
 	body := "you sent Bearer " + maskValue
-	gz := func(b []byte) []byte {
-		var buf bytes.Buffer
-		w := gzip.NewWriter(&buf)
-		w.Write(b)
-		w.Close()
-		return buf.Bytes()
+	pack := func(w func(io.Writer) io.WriteCloser) func([]byte) []byte {
+		return func(b []byte) []byte {
+			var buf bytes.Buffer
+			zw := w(&buf)
+			zw.Write(b)
+			zw.Close()
+			return buf.Bytes()
+		}
 	}
-	zl := func(b []byte) []byte {
-		var buf bytes.Buffer
-		w := zlib.NewWriter(&buf)
-		w.Write(b)
-		w.Close()
-		return buf.Bytes()
-	}
-	raw := func(b []byte) []byte {
-		var buf bytes.Buffer
-		w, _ := flate.NewWriter(&buf, flate.BestSpeed)
-		w.Write(b)
-		w.Close()
-		return buf.Bytes()
-	}
+	gz := pack(func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) })
+	zl := pack(func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
+	raw := pack(func(w io.Writer) io.WriteCloser { zw, _ := flate.NewWriter(w, flate.BestSpeed); return zw })
 	for name, tc := range map[string]struct {
 		encoding string
 		body     []byte
