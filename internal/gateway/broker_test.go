@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -662,5 +663,66 @@ func TestBrokerUpgrade(t *testing.T) {
 	}
 	if got := b.up.last(t); got.path != "/upgrade" || got.auth != "Bearer "+realValue {
 		t.Errorf("the upgrade request reached the upstream as %+v", got)
+	}
+}
+
+// TestBrokerProxyPlainHTTP: through the proxy, a plain HTTP request that
+// carries the sentinel of a secret whose host it is gets a 403 and reaches
+// nothing; where cleartext_hosts lets it, the value goes, and the answer,
+// gzipped though the gateway asked for identity, comes back decoded and
+// masked, with no length, twice in a row.
+func TestBrokerProxyPlainHTTP(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("X-Key") + " " + r.Header.Get("Accept-Encoding")
+		zw := gzip.NewWriter(w)
+		w.Header().Set("Content-Encoding", "gzip")
+		fmt.Fprintf(zw, "X-Key was %s", r.Header.Get("X-Key"))
+		zw.Close()
+	}))
+	t.Cleanup(up.Close)
+	host := hostPort("llm.test", serverPort(t, up))
+	for _, cleartext := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cleartext=%v", cleartext), func(t *testing.T) {
+			t.Parallel()
+			s := broker.NewSentinel("LLM_TOKEN")
+			g := newExplicitGateway(t, []string{host}, nil, func(c *Config) {
+				c.Secrets = []SecretHosts{{Name: "LLM_TOKEN", Hosts: rules(t, host)}}
+				if cleartext {
+					c.Secrets[0].Cleartext = rules(t, host)
+				}
+				c.Resolve = resolveBrokerNames
+				c.Issuer = testIssuer(t, "llm.test")
+				if err := c.SetRun(broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			client := proxyClient(t, g, nil)
+			if !cleartext {
+				resp, body := do(t, client, "GET", "http://"+host+"/plain", http.Header{"X-Key": {s}})
+				if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "over TLS only: nothing was sent") {
+					t.Errorf("%d %q, want a 403 saying to use https", resp.StatusCode, body)
+				}
+				if e := g.log.waitFor(t, "http", "llm.test"); e.Allowed || e.Status != 403 || !slices.Equal(e.Sentinels, []string{"LLM_TOKEN"}) {
+					t.Errorf("entry %+v, want refused, the sentinel left", e)
+				}
+				select {
+				case v := <-got:
+					t.Errorf("the upstream got a request: %q", v)
+				default:
+				}
+				return
+			}
+			for i := range 2 {
+				resp, body := do(t, client, "GET", "http://"+host+"/plain", http.Header{"X-Key": {s}, "Accept-Encoding": {"gzip"}})
+				if resp.StatusCode != 200 || body != "X-Key was "+maskFor("LLM_TOKEN") || resp.ContentLength != -1 || resp.Header.Get("Content-Encoding") != "" {
+					t.Errorf("request %d: %d %q (length %d, %v), want the echo decoded and masked", i, resp.StatusCode, body, resp.ContentLength, resp.Header)
+				}
+				if v := <-got; v != realValue+" identity" {
+					t.Errorf("request %d: the upstream got %q, want the value, and identity asked", i, v)
+				}
+			}
+		})
 	}
 }
