@@ -9,7 +9,9 @@ package gateway
 // secrets that may go there in place of their sentinels, and sends it on
 // over TLS of its own, to the host the connection was decided for, whose
 // certificate it verifies against the system's roots and the profile's
-// upstream_ca; never skipped. Plain HTTP is served the same, without TLS.
+// upstream_ca; never skipped. Plain HTTP is served the same, without TLS,
+// but a secret's value goes into none of its requests unless the secret's
+// cleartext hosts name the host: a request with its sentinel gets a 403.
 // Each request is logged, with what was put in, left or masked; so is the
 // connection, with its bytes, once it ends.
 
