@@ -250,3 +250,37 @@ func BenchmarkMasker(b *testing.B) {
 		}
 	}
 }
+
+// FuzzMasker: whatever the body, the secret's value and the reads, no run of
+// runLen characters of the value comes out, and a body read in pieces is
+// masked as it is whole. The value is drawn from characters the mask itself
+// does not hold, so that a run found in the output can only be the value's.
+func FuzzMasker(f *testing.F) {
+	f.Add("sk-e2e/AbCdEfGhIjKl", []byte("you sent Bearer sk-e2e/AbCdEfGhIjKl"), uint8(3))
+	f.Add("0123456789", []byte("x0123456789y 01234567 123456789"), uint8(1))
+	f.Add("ZZZZZZZZZZZZ", []byte("ZZZZZZZZZZZZZZZZZZZZZZZZ"), uint8(7))
+	f.Fuzz(func(t *testing.T, value string, body []byte, chunk uint8) {
+		value = strings.Map(func(r rune) rune {
+			if r > 0x7e || r < 0x21 || strings.ContainsRune("[masked:S0]", r) {
+				return -1
+			}
+			return r
+		}, value)
+		if len(value) < runLen || len(value) > 256 || len(body) > 1<<16 {
+			return
+		}
+		m := testMatcher(value)
+		var masked []string
+		whole := m.maskString(string(body), &masked)
+		for i := 0; i+runLen <= len(value); i++ {
+			if strings.Contains(whole, value[i:i+runLen]) {
+				t.Fatalf("value %q: a run %q is in %q", value, value[i:i+runLen], whole)
+			}
+		}
+		n := int(chunk)%32 + 1
+		out, err := io.ReadAll(newMasker(io.NopCloser(&chunked{s: string(body), n: n}), m, nil, &masked))
+		if err != nil || string(out) != whole {
+			t.Fatalf("value %q, reads of %d: %q, %v; whole: %q", value, n, out, err, whole)
+		}
+	})
+}
