@@ -166,8 +166,12 @@ func launchStates(list []Sandbox) ([]Sandbox, error) {
 	return out, nil
 }
 
-// Guarded says what the guard did, if it did anything.
+// Guarded says what the guard did, if it did anything, and which files
+// the user's hooks run the sandbox changed.
 func Guarded(r Reporter, rep guard.Report, quarantine string) {
+	for _, it := range rep.Named {
+		r.Warn(it.String())
+	}
 	if len(rep.Items) == 0 {
 		return
 	}
