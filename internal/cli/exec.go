@@ -52,7 +52,7 @@ func (a *app) exec(cmd *cobra.Command, args []string) error {
 	code, err := sandbox.Exec(context.Background(), sandbox.ExecRequest{
 		Dirs: dirs, Name: sandboxName(args[:dash]), Workspace: ws,
 		Command: args[dash:], TTY: isTerminal(a.stdin) && isTerminal(a.stdout),
-		Streams: a.streams(),
+		Streams: a.streams(), Report: reporter{a.stderr},
 	})
 	if err != nil {
 		return withCode{persistHint(err), ExitExec}

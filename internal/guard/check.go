@@ -92,6 +92,13 @@ func (p Plan) Check(quarantine string) Report {
 	return c.report
 }
 
+// CheckSince is Check for what changed since a later moment than the
+// plan's start: what one command of a persistent sandbox changed.
+func (p Plan) CheckSince(quarantine string, since time.Time) Report {
+	p.Started = since.Add(-clockSlack)
+	return p.Check(quarantine)
+}
+
 // Sweep judges a root as Check does, for what changed since: it is for
 // what a changeset apply wrote, where no surface was held (the apply is
 // the user's, but what it writes is the sandbox's).
