@@ -13,9 +13,13 @@
 // busy). What cannot be mounted because it does not exist yet, and every
 // other git directory the sandbox could make or change anywhere below, is
 // judged when the run has ended: Check puts aside (into a quarantine
-// directory, never deleting it) what git would run, keeps what it would
-// not, removes setuid and setgid bits and device nodes the sandbox made, and
-// says what it did.
+// directory, never deleting it) what git would run, among it the state of
+// every operation left in progress (rebase, am, cherry-pick, revert, merge,
+// bisect) that changed, keeps what it would not, removes setuid and setgid
+// bits and device nodes the sandbox made, names the files the user's hooks
+// run by their path that the sandbox changed, and says what it did. A
+// persistent sandbox's exec runs the same check for what changed while
+// its command ran (CheckSince).
 //
 // The guard never runs git, and never follows a symbolic link below a
 // directory the sandbox could write.
