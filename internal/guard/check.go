@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/propio/propio-sandbox/internal/fsutil"
 )
@@ -26,10 +27,21 @@ type Item struct {
 	Where  string // where it was put aside, if it was
 }
 
+// String says what was done; the paths, which the sandbox named, are
+// quoted when they hold what a terminal would not print as itself.
 func (it Item) String() string {
-	s := fmt.Sprintf("%s: %s (%s)", filepath.Join(it.Source, it.Path), it.Action, it.Why)
+	s := fmt.Sprintf("%s: %s (%s)", shown(filepath.Join(it.Source, it.Path)), it.Action, shown(it.Why))
 	if it.Where != "" {
-		s += ": now in " + it.Where
+		s += ": now in " + shown(it.Where)
+	}
+	return s
+}
+
+// shown is s as it is when every character prints as itself, else
+// quoted (escapes, bidi controls).
+func shown(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
 	}
 	return s
 }

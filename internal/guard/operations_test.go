@@ -273,3 +273,15 @@ func TestScriptPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestItemShown: a path the sandbox named reaches the terminal inert.
+func TestItemShown(t *testing.T) {
+	t.Parallel()
+	it := Item{Source: "/ws", Path: ".git/BISECT_\x1b]52;c;eA==\x07\u202e", Action: PutAside, Why: "why", Where: "/q/BISECT_\x1b[2J"}
+	if s := it.String(); strings.ContainsAny(s, "\x1b\x07\u202e") {
+		t.Fatalf("raw controls in %q", s)
+	}
+	if s := (Item{Source: "/ws", Path: "scripts/check.sh", Action: HookRuns, Why: "w"}).String(); !strings.HasPrefix(s, "/ws/scripts/check.sh: ") {
+		t.Fatalf("a plain path is not shown as it is: %q", s)
+	}
+}
