@@ -14,27 +14,6 @@ import (
 	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
-// divergedRepo makes the workspace a repository whose branch side (A,
-// which changes f as main does, then B) must be merged onto main: a rebase
-// or cherry-pick of it stops at A, and what follows B runs the strategy.
-func divergedRepo(t *testing.T, s *sandbox) {
-	t.Helper()
-	gitRepo(t, s)
-	ws := s.Workspace
-	isolationWriteFile(t, filepath.Join(ws, "f"), "base\n")
-	mustGit(t, s, ws, "add", "f")
-	mustGit(t, s, ws, "commit", "-qm", "base")
-	mustGit(t, s, ws, "checkout", "-qb", "side")
-	isolationWriteFile(t, filepath.Join(ws, "f"), "a\n")
-	mustGit(t, s, ws, "commit", "-qam", "A")
-	isolationWriteFile(t, filepath.Join(ws, "g"), "b\n")
-	mustGit(t, s, ws, "add", "g")
-	mustGit(t, s, ws, "commit", "-qm", "B")
-	mustGit(t, s, ws, "checkout", "-q", "main")
-	isolationWriteFile(t, filepath.Join(ws, "f"), "m\n")
-	mustGit(t, s, ws, "commit", "-qam", "m")
-}
-
 // strategyAttack is the script that plants the strategy x/../evil, which
 // git runs as ./git-merge-x/../evil: ./evil, which runs payload.
 func strategyAttack(payload string) string {
@@ -83,7 +62,8 @@ printf '[options]\n\tstrategy = x/../evil\n' >> .git/sequencer/opts
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newSandbox(t)
-			divergedRepo(t, s)
+			gitRepo(t, s)
+			testenv.DivergedRepo(t, s.Workspace, s.Home)
 			mark, payload := marker(t)
 			p := s.Profile("image: " + agentImage + "\nnetwork: {mode: none}\n")
 			r := s.Run("", "run", "-p", p, "--", "bash", "-c", "set -e\n"+identity+tc.script+strategyAttack(payload)+"ls "+tc.state+" >/dev/null && echo planted")

@@ -8,37 +8,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
-// gitEnv runs the host's git as git does, with the test's configuration,
-// and returns its error (a stopped rebase or cherry-pick fails).
+// gitEnv runs the host's git in dir with testenv.GitEnv and env, and
+// returns its output and error (a stopped rebase or cherry-pick fails).
 func gitEnv(dir string, env []string, args ...string) (string, error) {
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "GIT_EDITOR=true",
-		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@x.test", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@x.test"}, env...)...)
+	cmd.Env = append(testenv.GitEnv(os.TempDir()), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
-// diverged makes a repository whose branch side (two commits, the first
-// changing f as main does) must be merged onto main: a rebase or a
-// cherry-pick of it stops, and what follows runs the strategy.
+// diverged makes a repository whose branch side must be merged onto
+// main (testenv.DivergedRepo).
 func diverged(t *testing.T, ws string) {
 	t.Helper()
 	repo(t, ws)
-	write(t, filepath.Join(ws, "f"), "base\n")
-	git(t, ws, "add", "f")
-	git(t, ws, "commit", "-qm", "base")
-	git(t, ws, "checkout", "-qb", "side")
-	write(t, filepath.Join(ws, "f"), "a\n")
-	git(t, ws, "commit", "-qam", "A")
-	write(t, filepath.Join(ws, "g"), "b\n")
-	git(t, ws, "add", "g")
-	git(t, ws, "commit", "-qm", "B")
-	git(t, ws, "checkout", "-q", "main")
-	write(t, filepath.Join(ws, "f"), "m\n")
-	git(t, ws, "commit", "-qam", "m")
+	testenv.DivergedRepo(t, ws, t.TempDir())
 }
 
 // plant makes the strategy x/../evil run ./evil, which makes marker.
