@@ -30,7 +30,8 @@ type ExecRequest struct {
 	// are one).
 	TTY     bool
 	Streams Streams
-	// Report says what the guard did once the command has ended.
+	// Report (required) says what the guard did once the command has
+	// ended.
 	Report Reporter
 }
 
