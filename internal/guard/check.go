@@ -395,9 +395,9 @@ func (c *checker) config(r Root, rel string) {
 }
 
 // operations are the names under which git keeps an operation left in
-// progress (a rebase, am, cherry-pick, revert, merge or bisect) and reads
-// it back when the operation is continued; names ending in "*" are
-// prefixes. What they hold makes git run programs: a merge strategy is
+// progress (a rebase, am, cherry-pick, revert, merge, bisect or notes
+// merge) and reads it back when the operation is continued; names ending
+// in "*" are prefixes. What they hold makes git run programs: a merge strategy is
 // run as git-merge-NAME, found on PATH or by a path relative to the
 // worktree (rebase-merge/strategy, sequencer/opts' options.strategy), a
 // rebase's steps run commands (exec), am passes apply-opt to git apply,
@@ -405,7 +405,7 @@ func (c *checker) config(r Root, rel string) {
 var operations = []string{
 	"rebase-merge", "rebase-apply", "sequencer",
 	"MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_AUTOSTASH", "AUTO_MERGE", "SQUASH_MSG",
-	"CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_*",
+	"CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_*", "NOTES_MERGE_*",
 }
 
 // inProgress puts aside the state of each operation left in progress in
