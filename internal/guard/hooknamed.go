@@ -27,6 +27,21 @@ var scriptExts = []string{".sh", ".bash", ".js", ".cjs", ".mjs", ".ts", ".py", "
 // from, in the worktree.
 var huskyV4Config = []string{"package.json", ".huskyrc", ".huskyrc.json", ".huskyrc.js", ".huskyrc.yaml", ".huskyrc.yml", "husky.config.js"}
 
+// nodePackage finds node_modules/PACKAGE (or @SCOPE/PACKAGE) in a script.
+var nodePackage = regexp.MustCompile(`(?:^|[\s"'/=])node_modules/((?:@[\w.-]+/)?\w[\w.-]*)/`)
+
+// uncommented is a script without its comment lines.
+func uncommented(text string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
 // packageManagers run what package.json's scripts say.
 var packageManagers = regexp.MustCompile(`(^|[\s;&|(])(npm|npx|yarn|pnpm|bun)\s`)
 
@@ -69,6 +84,11 @@ func (rp *RootPlan) namedBy(hook, file, top string, depth int, seen map[string]b
 		if isShell(rp.Source, rel) {
 			rp.namedBy(hook, rel, top, depth+1, seen)
 		}
+	}
+	// A package a hook runs from the worktree's node_modules, however it
+	// spells the way there ("$dir/node_modules/lefthook/bin/index.js").
+	for _, m := range nodePackage.FindAllStringSubmatch(uncommented(text), -1) {
+		rp.name(hook, path.Join(top, "node_modules", m[1]))
 	}
 	if strings.Contains(text, "husky") {
 		for _, f := range huskyV4Config {

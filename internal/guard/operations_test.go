@@ -185,7 +185,7 @@ func TestHookNamed(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	repo(t, ws)
-	write(t, filepath.Join(ws, ".git", "hooks", "pre-commit"), "#!/bin/sh\n# runs the checks\n./scripts/check.sh \"$@\" && sh scripts/lint.sh\n")
+	write(t, filepath.Join(ws, ".git", "hooks", "pre-commit"), "#!/bin/sh\n# runs the checks\n./scripts/check.sh \"$@\" && sh scripts/lint.sh\n\"$dir/node_modules/lefthook/bin/index.js\" \"$@\"\nexport PATH=node_modules/.bin:$PATH\n")
 	write(t, filepath.Join(ws, "scripts", "check.sh"), "#!/bin/sh\n. \"$(dirname \"$0\")/lib/common.sh\"\n")
 	write(t, filepath.Join(ws, "scripts", "lint.sh"), "#!/bin/sh\n")
 	write(t, filepath.Join(ws, "scripts", "lib", "common.sh"), "true\n")
@@ -203,7 +203,7 @@ func TestHookNamed(t *testing.T) {
 		named = append(named, n.Path)
 	}
 	slices.Sort(named)
-	want := []string{".huskyrc", ".huskyrc.js", ".huskyrc.json", ".huskyrc.yaml", ".huskyrc.yml", "husky.config.js", "node_modules/husky", "node_modules/run-node", "package.json", "scripts/check.sh", "scripts/lib/common.sh", "scripts/lint.sh"}
+	want := []string{".huskyrc", ".huskyrc.js", ".huskyrc.json", ".huskyrc.yaml", ".huskyrc.yml", "husky.config.js", "node_modules/husky", "node_modules/lefthook", "node_modules/run-node", "package.json", "scripts/check.sh", "scripts/lib/common.sh", "scripts/lint.sh"}
 	if !slices.Equal(named, want) {
 		t.Fatalf("named %q, want %q", named, want)
 	}
