@@ -52,12 +52,38 @@ func (rp *RootPlan) hookNamed() {
 	if rp.GitDir == "" || rp.GitDir == "." {
 		return // a bare repository has no worktree here
 	}
-	top := path.Dir(rp.GitDir)
 	seen := map[string]bool{}
 	for _, hook := range rp.hooks() {
-		clear(seen)
-		rp.namedBy(hook, hook, top, 0, seen)
+		if top, ok := rp.topOf(hook); ok {
+			clear(seen)
+			rp.namedBy(hook, hook, top, 0, seen)
+		}
 	}
+}
+
+// topOf is the top of the worktree a hook runs in: the root's, or for a
+// submodule's hook the one its git directory's core.worktree names; ok is
+// false when that is not in the root.
+func (rp *RootPlan) topOf(hook string) (string, bool) {
+	for _, gd := range rp.Protected {
+		if gd == rp.GitDir || !strings.HasPrefix(hook, gd+"/hooks/") {
+			continue
+		}
+		data, err := readFile(rp.Source, path.Join(gd, "config"))
+		if err != nil {
+			return "", false
+		}
+		entries, err := parseGitConfig(data)
+		if err != nil {
+			return "", false
+		}
+		wts := configValues(entries, "core", "", "worktree")
+		if len(wts) == 0 {
+			return "", false
+		}
+		return rp.inside(gd, wts[len(wts)-1])
+	}
+	return path.Dir(rp.GitDir), true
 }
 
 // namedBy adds what file (the hook, or a script it runs) names.

@@ -274,3 +274,19 @@ func TestItemShown(t *testing.T) {
 		t.Fatalf("a plain path is not shown as it is: %q", s)
 	}
 }
+
+// TestHookNamedSubmodule: a submodule's hook runs in the submodule's
+// worktree, and names paths from there.
+func TestHookNamedSubmodule(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	repo(t, ws)
+	lib := filepath.Join(t.TempDir(), "lib")
+	repo(t, lib)
+	git(t, ws, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "lib")
+	write(t, filepath.Join(ws, ".git", "modules", "lib", "hooks", "pre-commit"), "#!/bin/sh\n./tools/check.sh\n")
+	plan := Scan([]Root{{Name: "workspace", Source: ws}})
+	if named := plan.Roots[0].Named; len(named) != 1 || named[0].Path != "lib/tools/check.sh" {
+		t.Fatalf("named %+v, want lib/tools/check.sh", named)
+	}
+}
