@@ -2,6 +2,7 @@ package engine
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -106,7 +107,21 @@ func writeEntryFile(tw *tar.Writer, en backend.Entry, p, rel string, fi fs.FileI
 	hdr.Uname, hdr.Gname = "", ""
 	hdr.Format = tar.FormatPAX
 	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+	var body io.Reader
 	if hdr.Typeflag == tar.TypeReg {
+		// Opened without following a link, and checked to be the file that
+		// was walked: a file replaced by a link since leads nowhere else.
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err != nil || !os.SameFile(st, fi) {
+			return fmt.Errorf("%s changed while it was copied", p)
+		}
+		if body, hdr.Size, err = fileBody(f, hdr.Size); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
 		if en.Max > 0 && c.Bytes+hdr.Size > en.Max {
 			return fmt.Errorf("%s: %w (%d bytes)", p, backend.ErrEntryTooLarge, en.Max)
 		}
@@ -118,21 +133,37 @@ func writeEntryFile(tw *tar.Writer, en backend.Entry, p, rel string, fi fs.FileI
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
 	}
-	if hdr.Typeflag != tar.TypeReg {
+	if body == nil {
 		return nil
 	}
-	// Opened without following a link, and checked to be the file that
-	// was walked: a file replaced by a link since leads nowhere else.
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return err
+	if _, err := io.CopyN(tw, body, hdr.Size); err != nil {
+		return fmt.Errorf("%s: shorter than it was (%w): it changed while it was copied", p, err)
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !os.SameFile(st, fi) {
-		return fmt.Errorf("%s changed while it was copied", p)
-	}
-	if _, err := io.CopyN(tw, f, hdr.Size); err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+	// Read to its end: a file longer than it said is not cut short.
+	if n, _ := body.Read(make([]byte, 1)); n > 0 {
+		return fmt.Errorf("%s grew past %d bytes while it was copied", p, hdr.Size)
 	}
 	return nil
+}
+
+// smallFile is the size up to which a file is read whole before it is
+// archived, whatever its stat says.
+const smallFile = 1 << 20
+
+// fileBody is what a file holds to its end, and how long that is, read
+// whole up to smallFile bytes: a file whose stat says less than it holds
+// (the kernel's files say 0) is copied whole all the same. A larger one is
+// taken at statSize, and its copy fails if it holds more or less.
+func fileBody(f io.Reader, statSize int64) (io.Reader, int64, error) {
+	head, err := io.ReadAll(io.LimitReader(f, smallFile+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(head) <= smallFile {
+		return bytes.NewReader(head), int64(len(head)), nil
+	}
+	if statSize < int64(len(head)) {
+		return nil, 0, fmt.Errorf("holds more than the %d bytes it says", statSize)
+	}
+	return io.MultiReader(bytes.NewReader(head), f), statSize, nil
 }

@@ -72,3 +72,62 @@ func TestWriteEntryTar(t *testing.T) {
 		}
 	}
 }
+
+// A file is copied to its end, not by its stat size: the kernel's files say
+// 0 bytes and hold more (the launcher refuses them as sources; the copy
+// does not rely on that).
+func TestWriteEntryTarReadsToTheEnd(t *testing.T) {
+	want, err := os.ReadFile("/proc/self/cmdline")
+	if err != nil || len(want) == 0 {
+		t.Skipf("no /proc/self/cmdline to read: %v", err)
+	}
+	if st, err := os.Stat("/proc/self/cmdline"); err != nil || st.Size() != 0 {
+		t.Skipf("/proc/self/cmdline says %v bytes (%v): not a file whose stat lies", st.Size(), err)
+	}
+	var buf bytes.Buffer
+	c, err := writeEntryTar(&buf, backend.Entry{Name: "cmdline", From: "/proc/self/cmdline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&buf)
+	tr.Next() // the empty file that takes the place of the last copy
+	h, err := tr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(tr)
+	if h.Size == 0 || len(got) != int(h.Size) || c.Bytes != h.Size || !bytes.Equal(want, got) {
+		t.Errorf("copied %d bytes (%q, counted %d) of /proc/self/cmdline %q", h.Size, got, c.Bytes, want)
+	}
+}
+
+// A file larger than smallFile is taken at its stat size, and its copy fails
+// when it holds more or less than that: it is never cut short unsaid.
+func TestFileBody(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), smallFile+10)
+	for name, tc := range map[string]struct {
+		data     []byte
+		stat     int64
+		wantSize int64
+		wantErr  bool
+	}{
+		"small, stat says 0":     {[]byte("abc"), 0, 3, false},
+		"small, stat says more":  {[]byte("abc"), 10, 3, false},
+		"large, as stat says":    {big, int64(len(big)), int64(len(big)), false},
+		"large, stat says less":  {big, 5, 0, true},
+		"large, stat says 1 MiB": {big, smallFile, 0, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			body, size, err := fileBody(bytes.NewReader(tc.data), tc.stat)
+			if (err != nil) != tc.wantErr || size != tc.wantSize {
+				t.Fatalf("fileBody = %d, %v; want %d, error %v", size, err, tc.wantSize, tc.wantErr)
+			}
+			if err == nil {
+				got, _ := io.ReadAll(body)
+				if !bytes.Equal(got, tc.data) {
+					t.Errorf("body is %d bytes, want %d", len(got), len(tc.data))
+				}
+			}
+		})
+	}
+}
