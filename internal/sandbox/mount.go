@@ -229,7 +229,7 @@ var kernelDirs = []string{"/proc", "/sys", "/dev"}
 func (m *Mounts) source(s string) (string, error) {
 	if rest, ok := strings.CutPrefix(s, "~/"); ok && m.c.Host.Home != "" {
 		if seg := uncleanSegment("/" + rest); seg != "" {
-			return "", refused("mount.source %q has a %q segment: ask for the path itself", s, seg)
+			return "", refused("mount.source %q is not a plain path (%s in it): ask for the path itself", s, seg)
 		}
 		s = filepath.Join(m.c.Host.Home, rest)
 	}
@@ -237,7 +237,7 @@ func (m *Mounts) source(s string) (string, error) {
 		return "", refused("mount.source %q is not an absolute host path", s)
 	}
 	if seg := uncleanSegment(s); seg != "" {
-		return "", refused("mount.source %q has a %q segment: ask for the path itself (%s)", s, seg, filepath.Clean(s))
+		return "", refused("mount.source %q is not a plain path (%s in it): ask for the path itself (%s)", s, seg, filepath.Clean(s))
 	}
 	s = filepath.Clean(s)
 	if ds := m.c.Host.Dangers(s); len(ds) > 0 {
@@ -247,13 +247,13 @@ func (m *Mounts) source(s string) (string, error) {
 	if !exists {
 		return "", refused("%s does not exist", s)
 	}
-	if r != s {
-		return "", refused("%s goes through a symbolic link, to %s: ask for that path, which is what you are shown", s, r)
-	}
 	for _, k := range kernelDirs {
-		if fsutil.Within(k, r) {
+		if fsutil.Within(k, s) || fsutil.Within(k, r) {
 			return "", refused("%s is in %s, the kernel's view of the host: never copied", r, k)
 		}
+	}
+	if r != s {
+		return "", refused("%s goes through a symbolic link, to %s: ask for that path, which is what you are shown", s, r)
 	}
 	if kfs := kernelFS(r); kfs != "" {
 		return "", refused("%s is on a %s file system, the kernel's view of the host: never copied", r, kfs)
@@ -280,8 +280,8 @@ func (m *Mounts) source(s string) (string, error) {
 }
 
 // uncleanSegment returns the first segment of the absolute path p that
-// makes it name its file other than plainly ("." or "..", or "" for an
-// empty one, as in //), or "" when there is none. A final / is allowed.
+// makes it name its file other than plainly ("." or "..", or "//" for an
+// empty one), or "" when there is none. A final / is allowed.
 func uncleanSegment(p string) string {
 	body := strings.TrimSuffix(strings.TrimPrefix(p, "/"), "/")
 	if body == "" {
@@ -289,7 +289,9 @@ func uncleanSegment(p string) string {
 	}
 	for _, seg := range strings.Split(body, "/") {
 		switch seg {
-		case "", ".", "..":
+		case "":
+			return "//"
+		case ".", "..":
 			return seg
 		}
 	}
