@@ -19,7 +19,7 @@ type RequestHandler func(ctx context.Context, req ask.Request) (result map[strin
 // Handlers are the RequestHandlers of a launch's request server, by kind.
 // The zero value is empty and ready; it is safe for concurrent use.
 type Handlers struct {
-	mu     sync.RWMutex
+	mu        sync.RWMutex
 	m         map[string]RequestHandler
 	checks    map[string]RequestCheck
 	resolvers map[string]RequestResolver
