@@ -22,7 +22,14 @@ const (
 	UnsafeCloud        = "cloud-credentials"
 	UnsafeRootUser     = "root-user"
 	UnsafeEnvGlob      = "env-glob"
+	UnsafeSystemWrite  = "system-write"
 )
+
+// SystemPaths are the host's own system directories: a sandbox that may
+// write one of them, or a directory holding one, may change the host's
+// configuration, programs, boot, root's files, the engines' storage or the
+// kernel's interfaces, and so run code as root on the host.
+var SystemPaths = []string{"/etc", "/usr", "/boot", "/root", "/var/lib/docker", "/var/lib/containers", "/proc", "/sys", "/dev"}
 
 // DangerousCaps are the capabilities that break a container's isolation,
 // each with what it lets the sandbox do (from capabilities(7) and Docker's
@@ -63,7 +70,7 @@ var EngineDefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "M
 
 // UnsafeNames are the names unsafe accepts, in the schema's order.
 func UnsafeNames() []string {
-	out := []string{UnsafeDockerSocket, UnsafeHostRoot, UnsafeHome, UnsafeSSH, UnsafeGnuPG, UnsafeCloud, UnsafeRootUser, UnsafeEnvGlob}
+	out := []string{UnsafeDockerSocket, UnsafeHostRoot, UnsafeHome, UnsafeSSH, UnsafeGnuPG, UnsafeCloud, UnsafeRootUser, UnsafeEnvGlob, UnsafeSystemWrite}
 	for _, c := range DangerousCaps {
 		out = append(out, c.Name)
 	}
@@ -185,6 +192,30 @@ func (h GrantHost) Dangers(source string) []Danger {
 	return out
 }
 
+// WriteDangers says why mounting source (an absolute host path) with
+// write access would undo the sandbox beyond what Dangers says: it is in a
+// directory of SystemPaths, or holds one. The host's root is Dangers'.
+func (h GrantHost) WriteDangers(source string) []Danger {
+	source = filepath.Clean(source)
+	r, _ := h.resolve(source)
+	shown := source
+	if r != source {
+		shown = fmt.Sprintf("%s (%s)", source, r)
+	}
+	if r == "/" || source == "/" {
+		return nil
+	}
+	for _, sys := range SystemPaths {
+		switch {
+		case fsutil.Within(sys, source) || fsutil.Within(sys, r):
+			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s is in %s, mounted rw: the sandbox can change the host's own files, and so run code as root on the host", shown, sys)}}
+		case fsutil.Within(source, sys) || fsutil.Within(r, sys):
+			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s holds %s, mounted rw: the sandbox can change the host's own files, and so run code as root on the host", shown, sys)}}
+		}
+	}
+	return nil
+}
+
 // found is one dangerous grant found in a profile, before it is judged.
 type found struct {
 	Danger
@@ -227,7 +258,11 @@ func (p *Profile) hostDangers(h GrantHost) []found {
 		if !filepath.IsAbs(src) {
 			src = filepath.Join(m.Dir, src)
 		}
-		for _, d := range h.Dangers(src) {
+		ds := h.Dangers(src)
+		if m.Mode == ModeRW {
+			ds = append(ds, h.WriteDangers(src)...)
+		}
+		for _, d := range ds {
 			out = append(out, found{Danger: d, path: []string{"mounts", strconv.Itoa(i), "source"}})
 		}
 	}
