@@ -205,12 +205,15 @@ func (h GrantHost) WriteDangers(source string) []Danger {
 	if r == "/" || source == "/" {
 		return nil
 	}
+	const why = ", mounted rw: the sandbox can change the host's own files, and so run code as root on the host"
 	for _, sys := range SystemPaths {
 		switch {
+		case source == sys || r == sys:
+			return []Danger{{UnsafeSystemWrite, shown + " is a system directory of the host" + why}}
 		case fsutil.Within(sys, source) || fsutil.Within(sys, r):
-			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s is in %s, mounted rw: the sandbox can change the host's own files, and so run code as root on the host", shown, sys)}}
+			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s is in the host's system directory %s%s", shown, sys, why)}}
 		case fsutil.Within(source, sys) || fsutil.Within(r, sys):
-			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s holds %s, mounted rw: the sandbox can change the host's own files, and so run code as root on the host", shown, sys)}}
+			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s holds the host's system directory %s%s", shown, sys, why)}}
 		}
 	}
 	return nil
@@ -254,10 +257,7 @@ func (p *Profile) hostDangers(h GrantHost) []found {
 		if literalRoot(m.Source) {
 			continue
 		}
-		src := Expand(m.Source, vars)
-		if !filepath.IsAbs(src) {
-			src = filepath.Join(m.Dir, src)
-		}
+		src := m.hostPath(vars)
 		ds := h.Dangers(src)
 		if m.Mode == ModeRW {
 			ds = append(ds, h.WriteDangers(src)...)
@@ -265,6 +265,43 @@ func (p *Profile) hostDangers(h GrantHost) []found {
 		for _, d := range ds {
 			out = append(out, found{Danger: d, path: []string{"mounts", strconv.Itoa(i), "source"}})
 		}
+	}
+	return out
+}
+
+// hostPath is the mount's source on the host: variables expanded, a
+// relative one from the directory of the file that declared it.
+func (m Mount) hostPath(vars Vars) string {
+	src := Expand(m.Source, vars)
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(m.Dir, src)
+	}
+	return src
+}
+
+// WritesOutside says, a line per mount, which mounts of p in mode rw have
+// a source outside the workspace (resolved on h): the sandbox writes
+// those host paths themselves, with nothing to review before. trust shows
+// each as a warning.
+func (p *Profile) WritesOutside(h GrantHost) []string {
+	vars := Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome}
+	ws, _ := h.resolve(h.Workspace)
+	var out []string
+	for i, m := range p.Mounts {
+		if m.Mode != ModeRW {
+			continue
+		}
+		src := m.hostPath(vars)
+		r, _ := h.resolve(src)
+		if h.Workspace != "" && (fsutil.Within(h.Workspace, src) && fsutil.Within(ws, r)) {
+			continue
+		}
+		shown := src
+		if r != src {
+			shown = fmt.Sprintf("%s (%s)", src, r)
+		}
+		path := []string{"mounts", strconv.Itoa(i), "source"}
+		out = append(out, fmt.Sprintf("%s (%s): %s is mounted rw, outside the workspace: the sandbox writes it on the host, with no changeset to review", fieldPath(path), p.Pos(path...), shown))
 	}
 	return out
 }
