@@ -203,7 +203,7 @@ func TestTrustWarnsWritesOutside(t *testing.T) {
 	isolationWriteFile(t, filepath.Join(s.Workspace, ".propio", "sandbox.yaml"),
 		"image: "+ProbeImage+"\nnetwork: {mode: none}\nmounts:\n  - {source: ~/notes, target: /notes, mode: rw}\n  - {source: '${WORKSPACE}/cache', target: /cache, mode: rw, optional: true}\n")
 	r := s.Run("", "trust")
-	want := "propio-sandbox: warning: mounts[0].source (.propio/sandbox.yaml:4:13): " + notes + " is mounted rw, outside the workspace: the sandbox writes it on the host, with no changeset to review\n"
+	want := "propio-sandbox: warning: mounts[0].source (.propio/sandbox.yaml:4:14): " + notes + " is mounted rw, outside the workspace: the sandbox writes it on the host, with no changeset to review\n"
 	if r.Code != 0 || !strings.Contains(r.Stderr, want) || strings.Contains(r.Stderr, "mounts[1]") {
 		t.Fatalf("trust: want the warning %q, and none for the mount in the workspace:\n%s", want, r)
 	}
