@@ -19,10 +19,10 @@ import (
 	"github.com/propio/propio-sandbox/internal/ask"
 )
 
-func TestAgentMountRequestResolved(t *testing.T) {
+func TestAgentRequestsHostile(t *testing.T) {
 	requireAgentImage(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "mountresolve-e2e")
+	rt, err := os.MkdirTemp("", "hostilereq-e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
