@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,15 +78,16 @@ func TestWriteEntryTar(t *testing.T) {
 // 0 bytes and hold more (the launcher refuses them as sources; the copy
 // does not rely on that).
 func TestWriteEntryTarReadsToTheEnd(t *testing.T) {
-	want, err := os.ReadFile("/proc/self/cmdline")
+	cmdline := "/proc/" + strconv.Itoa(os.Getpid()) + "/cmdline" // /proc/self is a link
+	want, err := os.ReadFile(cmdline)
 	if err != nil || len(want) == 0 {
-		t.Skipf("no /proc/self/cmdline to read: %v", err)
+		t.Skipf("no %s to read: %v", cmdline, err)
 	}
-	if st, err := os.Stat("/proc/self/cmdline"); err != nil || st.Size() != 0 {
-		t.Skipf("/proc/self/cmdline says %v bytes (%v): not a file whose stat lies", st.Size(), err)
+	if st, err := os.Stat(cmdline); err != nil || st.Size() != 0 {
+		t.Skipf("%s says %v bytes (%v): not a file whose stat lies", cmdline, st.Size(), err)
 	}
 	var buf bytes.Buffer
-	c, err := writeEntryTar(&buf, backend.Entry{Name: "cmdline", From: "/proc/self/cmdline"})
+	c, err := writeEntryTar(&buf, backend.Entry{Name: "cmdline", From: cmdline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestWriteEntryTarReadsToTheEnd(t *testing.T) {
 	}
 	got, _ := io.ReadAll(tr)
 	if h.Size == 0 || len(got) != int(h.Size) || c.Bytes != h.Size || !bytes.Equal(want, got) {
-		t.Errorf("copied %d bytes (%q, counted %d) of /proc/self/cmdline %q", h.Size, got, c.Bytes, want)
+		t.Errorf("copied %d bytes (%q, counted %d) of %s %q", h.Size, got, c.Bytes, cmdline, want)
 	}
 }
 
@@ -129,5 +131,46 @@ func TestFileBody(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The copy never follows a link: not one in the path it was given (the
+// source changed since it was judged), nor one below it, a directory's
+// among them, which is copied as a link.
+func TestWriteEntryTarFollowsNoLink(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "tree", "sub"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "elsewhere"), 0o755)
+	os.WriteFile(filepath.Join(dir, "elsewhere", "secret"), []byte("host only"), 0o644)
+	os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(dir, "tree", "sub", "dirlink"))
+	os.Symlink(filepath.Join(dir, "tree"), filepath.Join(dir, "treelink"))
+	os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(dir, "tree", "swapped"))
+
+	for _, from := range []string{filepath.Join(dir, "treelink"), filepath.Join(dir, "treelink", "sub"), filepath.Join(dir, "tree", "swapped")} {
+		if _, err := writeEntryTar(io.Discard, backend.Entry{Name: "x", From: from}); !errors.Is(err, syscall.ELOOP) {
+			t.Errorf("archiving %s, a path through a link: %v; want ELOOP", from, err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := writeEntryTar(&buf, backend.Entry{Name: "t", From: filepath.Join(dir, "tree")}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(&buf)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Name == "t/sub/dirlink" && (h.Typeflag != tar.TypeSymlink || h.Linkname != filepath.Join(dir, "elsewhere")) {
+			t.Errorf("t/sub/dirlink: %+v", h)
+		}
+	}
+	if got := strings.Join(names, " "); got != "t t/ t/sub/ t/sub/dirlink t/swapped" {
+		t.Errorf("entries %q", got)
 	}
 }
