@@ -36,26 +36,15 @@ func TestWriteEntryTar(t *testing.T) {
 	if c.Bytes != 5 || c.Files != 2 {
 		t.Errorf("copied %+v: want 5 bytes, 2 files (a, link)", c)
 	}
-	var names []string
-	tr := tar.NewReader(&buf)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name)
-		if h.Name == "data/a" && h.Mode&0o6000 != 0 {
-			t.Errorf("data/a keeps mode %o", h.Mode)
-		}
-		if h.Name == "data/link" && (h.Typeflag != tar.TypeSymlink || h.Linkname != "/etc/passwd") {
-			t.Errorf("data/link: %+v", h)
-		}
+	names, hdrs := tarEntries(t, &buf)
+	if h := hdrs["data/a"]; h == nil || h.Mode&0o6000 != 0 {
+		t.Errorf("data/a: %+v; want it without setuid", h)
 	}
-	if got := strings.Join(names, " "); got != "data data/ data/a data/link data/sub/" {
-		t.Errorf("entries %q", got)
+	if h := hdrs["data/link"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "/etc/passwd" {
+		t.Errorf("data/link: %+v", h)
+	}
+	if names != "data data/ data/a data/link data/sub/" {
+		t.Errorf("entries %q", names)
 	}
 
 	_, err = writeEntryTar(io.Discard, backend.Entry{Name: "data", From: dir, Max: 4})
@@ -66,11 +55,8 @@ func TestWriteEntryTar(t *testing.T) {
 	if _, err := writeEntryTar(&buf, backend.Entry{Name: "one", From: filepath.Join(dir, "a")}); err != nil {
 		t.Fatal(err)
 	}
-	tr = tar.NewReader(&buf)
-	for _, want := range []string{"one", "one"} {
-		if h, err := tr.Next(); err != nil || h.Name != want {
-			t.Fatalf("a file's entry: %v, %v; want %s", h, err, want)
-		}
+	if names, _ := tarEntries(t, &buf); names != "one one" {
+		t.Errorf("a file's entries %q, want the empty one and the file", names)
 	}
 }
 
@@ -155,22 +141,31 @@ func TestWriteEntryTarFollowsNoLink(t *testing.T) {
 	if _, err := writeEntryTar(&buf, backend.Entry{Name: "t", From: filepath.Join(dir, "tree")}); err != nil {
 		t.Fatal(err)
 	}
+	names, hdrs := tarEntries(t, &buf)
+	if h := hdrs["t/sub/dirlink"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != filepath.Join(dir, "elsewhere") {
+		t.Errorf("t/sub/dirlink: %+v", h)
+	}
+	if names != "t t/ t/sub/ t/sub/dirlink t/swapped" {
+		t.Errorf("entries %q", names)
+	}
+}
+
+// tarEntries reads a tar stream: its entries' names in order, separated by
+// spaces, and their headers by name.
+func tarEntries(t *testing.T, r io.Reader) (string, map[string]*tar.Header) {
+	t.Helper()
 	var names []string
-	tr := tar.NewReader(&buf)
+	hdrs := map[string]*tar.Header{}
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return strings.Join(names, " "), hdrs
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		names = append(names, h.Name)
-		if h.Name == "t/sub/dirlink" && (h.Typeflag != tar.TypeSymlink || h.Linkname != filepath.Join(dir, "elsewhere")) {
-			t.Errorf("t/sub/dirlink: %+v", h)
-		}
-	}
-	if got := strings.Join(names, " "); got != "t t/ t/sub/ t/sub/dirlink t/swapped" {
-		t.Errorf("entries %q", got)
+		hdrs[h.Name] = h
 	}
 }

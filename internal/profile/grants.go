@@ -125,18 +125,25 @@ func (h GrantHost) resolve(p string) (string, bool) {
 	return h.Resolve(p)
 }
 
+// shown is source cleaned, resolved, and as a danger shows it: "SOURCE
+// (RESOLVED)" when they differ.
+func (h GrantHost) shown(source string) (clean, resolved, shown string) {
+	clean = filepath.Clean(source)
+	resolved, _ = h.resolve(clean)
+	shown = clean
+	if resolved != clean {
+		shown = fmt.Sprintf("%s (%s)", clean, resolved)
+	}
+	return clean, resolved, shown
+}
+
 // Dangers says why mounting source (an absolute host path) would undo the
 // sandbox, if it would: the engine's socket or a directory holding it, the
 // host's root, HOME or a parent of it, ~/.ssh, ~/.gnupg, credentials of
 // cloud tools, or what contains those. The host's root stands for all the
 // rest, and HOME for what is inside it except an engine socket.
 func (h GrantHost) Dangers(source string) []Danger {
-	source = filepath.Clean(source)
-	r, _ := h.resolve(source)
-	shown := source
-	if r != source {
-		shown = fmt.Sprintf("%s (%s)", source, r)
-	}
+	source, r, shown := h.shown(source)
 	if r == "/" {
 		return []Danger{{UnsafeHostRoot, shown + " is the host's root directory: the sandbox sees the whole host"}}
 	}
@@ -196,12 +203,7 @@ func (h GrantHost) Dangers(source string) []Danger {
 // write access would undo the sandbox beyond what Dangers says: it is in a
 // directory of SystemPaths, or holds one. The host's root is Dangers'.
 func (h GrantHost) WriteDangers(source string) []Danger {
-	source = filepath.Clean(source)
-	r, _ := h.resolve(source)
-	shown := source
-	if r != source {
-		shown = fmt.Sprintf("%s (%s)", source, r)
-	}
+	source, r, shown := h.shown(source)
 	if r == "/" || source == "/" {
 		return nil
 	}

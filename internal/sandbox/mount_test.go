@@ -98,7 +98,9 @@ func TestMountSourceResolved(t *testing.T) {
 	c, data := mountHost(t)
 	ws := c.Host.Workspace
 	outside := filepath.Join(filepath.Dir(c.Host.Home), "etc")
-	writeTestFile(t, filepath.Join(outside, "shadow"), "host secret")
+	if err := os.MkdirAll(outside, 0o755); err != nil || os.WriteFile(filepath.Join(outside, "shadow"), []byte("host secret"), 0o644) != nil {
+		t.Fatal("making a directory outside:", err)
+	}
 	if err := os.Symlink(outside, filepath.Join(ws, "test-fixtures")); err != nil {
 		t.Fatal(err)
 	}
@@ -169,16 +171,6 @@ func TestMountHandleCopiesWhatWasShown(t *testing.T) {
 	req.Mount.Resolved = filepath.Join(data, "sub")
 	if _, err := NewMounts(c).Handle(context.Background(), req); !errors.Is(err, ErrMountRefused) || !strings.Contains(err.Error(), "you were shown") {
 		t.Errorf("Handle of a request shown as another path: %v", err)
-	}
-}
-
-func writeTestFile(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 
