@@ -11,7 +11,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,12 +21,7 @@ import (
 func TestAgentRequestsHostile(t *testing.T) {
 	requireAgentImage(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "hostilereq-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	s.RuntimeDir()
 	// hostEtc stands for the host's /etc: a directory outside the workspace
 	// whose file the agent must never read.
 	hostEtc := filepath.Join(s.Home, "host-etc")
