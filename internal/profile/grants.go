@@ -29,7 +29,7 @@ const (
 // write one of them, or a directory holding one, may change the host's
 // configuration, programs, boot, root's files, the engines' storage or the
 // kernel's interfaces, and so run code as root on the host.
-var SystemPaths = []string{"/etc", "/usr", "/boot", "/root", "/var/lib/docker", "/var/lib/containers", "/proc", "/sys", "/dev"}
+var SystemPaths = []string{"/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/root", "/var/lib/docker", "/var/lib/containers", "/proc", "/sys", "/dev"}
 
 // DangerousCaps are the capabilities that break a container's isolation,
 // each with what it lets the sandbox do (from capabilities(7) and Docker's
