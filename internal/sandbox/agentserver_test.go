@@ -240,7 +240,10 @@ func TestAgentRequestResolved(t *testing.T) {
 		return req, nil
 	})
 	shown := make(chan ask.Request, 1)
-	f.approve(t, func(r ask.Request) ask.Decision { shown <- r; return ask.Decision{Action: ask.Allow, Scope: ask.ScopeOnce} })
+	f.approve(t, func(r ask.Request) ask.Decision {
+		shown <- r
+		return ask.Decision{Action: ask.Allow, Scope: ask.ScopeOnce}
+	})
 	a := f.post(t, `{"kind":"mount","mount":{"source":"~/data","resolved":"/elsewhere"},"reason":"fixtures"}`)
 	if a.Decision != ask.Allow || a.Error != "" {
 		t.Fatalf("answer %+v", a)
