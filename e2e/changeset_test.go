@@ -551,6 +551,7 @@ func TestChangesetKilledLauncher(t *testing.T) {
 			if r.Code == 0 || !strings.Contains(r.Stderr, "in use") {
 				t.Errorf("resuming a changeset a live launcher's sandbox writes to:\n%s", r)
 			}
+			killWatchdog(t, cmd.Process.Pid)
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
 			if len(s.Leftovers()) == 0 {
@@ -574,6 +575,7 @@ func TestChangesetKilledLauncher(t *testing.T) {
 
 			// Killed again, then gc.
 			cmd = held(t, s, p, "60s", "--resume", id)
+			killWatchdog(t, cmd.Process.Pid)
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
 			cli(t, s, "gc")
@@ -839,6 +841,7 @@ func TestChangesetNotRootLauncher(t *testing.T) {
 			for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "sleeping") && time.Now().Before(deadline); {
 				time.Sleep(50 * time.Millisecond)
 			}
+			killWatchdog(t, cmd.Process.Pid)
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
 			if !strings.Contains(out.String(), "sleeping") {

@@ -218,8 +218,10 @@ func cleanupInterruptOf(t *testing.T, s *sandbox, yaml, path string, hold cleanu
 	return r, took
 }
 
-// TestCleanupKilledLauncher: a SIGKILLed launcher cannot clean up; `gc` and
-// the next run in the workspace remove what it left.
+// TestCleanupKilledLauncher: a SIGKILLed launcher cannot clean up, and
+// neither can its watchdog when it is killed too (else it removes the
+// sandbox at once: TestDiskKilledLauncher); `gc` and the next run in the
+// workspace remove what they left.
 func TestCleanupKilledLauncher(t *testing.T) {
 	s := newSandbox(t)
 	p := s.Profile("network: {mode: none}\n")
@@ -228,6 +230,7 @@ func TestCleanupKilledLauncher(t *testing.T) {
 		t.Helper()
 		l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
 		l.waitStdout(t, "ready", time.Minute)
+		killWatchdog(t, l.cmd.Process.Pid)
 		l.signal(t, syscall.SIGKILL)
 		l.wait(t, time.Minute) // reaped: a zombie would still look alive to gc
 		projects := cleanupProjects(t, s)
@@ -650,4 +653,41 @@ func TestRenderNamesTheRun(t *testing.T) {
 	if left := s.Leftovers(); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
+}
+
+// killWatchdog kills (SIGKILL) the watchdog of the launcher of pid and
+// waits until it is dead: a test of what gc removes kills it before the
+// launcher, as a machine that kills every process of the user would (else
+// the watchdog removes the sandbox at once: TestDiskKilledLauncher).
+func killWatchdog(t *testing.T, launcher int) {
+	t.Helper()
+	want := []string{"_background", "watch", "--launcher", strconv.Itoa(launcher)}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		args := strings.Split(string(b), "\x00")
+		if err != nil || !slices.Contains(args, want[0]) || !slices.Contains(args, want[1]) || !slices.Contains(args, "--project") {
+			continue
+		}
+		if i := slices.Index(args, want[2]); i < 0 || i+1 >= len(args) || args[i+1] != want[3] {
+			continue
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+			// Dead, or a zombie its parent (the launcher) has yet to reap:
+			// its files (the name's lock) are closed either way.
+			if _, after, ok := strings.Cut(string(stat), ") "); err != nil || ok && strings.HasPrefix(after, "Z") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the watchdog (pid %d) of launcher %d outlived SIGKILL", pid, launcher)
+			}
+		}
+	}
+	t.Fatalf("launcher %d has no watchdog", launcher)
 }

@@ -15,9 +15,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/testenv"
 )
 
 // diskCap is the tests' cap, and over is a write past it.
@@ -231,4 +234,163 @@ func TestDiskNotRootLauncher(t *testing.T) {
 			stoppedByCap(t, r, tc.where, time.Since(start))
 		})
 	}
+}
+
+// What the agent prints goes to the user as it comes, and the engine keeps
+// at most 10m of it (json-file with max-size, on every container of a
+// sandbox): printing far past the cap grows no log on the host.
+func TestDiskStdout(t *testing.T) {
+	s, image := diskSandbox(t)
+	p := s.Profile("image: " + image + "\n" + probeOffline)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := &outputCount{mark: []byte("flooded\n"), seen: make(chan struct{})}
+	var stderr testenv.Buffer
+	cmd := s.Command(ctx, "run", "-p", p, "--", "flood", diskOver)
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	select {
+	case <-out.seen:
+	case <-time.After(time.Minute):
+		t.Fatalf("the sandbox did not print %s within a minute (%d bytes came):\n%s", diskOver, out.count(), stderr.String())
+	}
+	t.Logf("%d bytes printed, in %s", out.count(), time.Since(start).Round(time.Millisecond))
+	id, _ := agentOf(t, s)
+	f := strings.Split(strings.TrimSpace(mustDocker(t, "inspect", "-f", `{{.HostConfig.LogConfig.Type}}|{{json .HostConfig.LogConfig.Config}}|{{.LogPath}}`, id)), "|")
+	if len(f) != 3 || f[2] == "" {
+		t.Fatalf("the container's log configuration and path: %q", f)
+	}
+	t.Logf("the engine's log: driver %s, options %s, at %s", f[0], f[1], f[2])
+	// Podman takes json-file as its k8s-file, and says so.
+	if !testenv.EnginePodman(t) && (f[0] != "json-file" || !strings.Contains(f[1], `"max-size":"10m"`)) {
+		t.Errorf("the container's log is %s with options %s, want json-file of max-size 10m", f[0], f[1])
+	}
+	fi, err := os.Stat(f[2])
+	if err != nil {
+		t.Fatalf("the container's log on the host: %v", err)
+	}
+	t.Logf("the log holds %d bytes", fi.Size())
+	if fi.Size() > 11<<20 {
+		t.Errorf("the engine's log of the container holds %d bytes after the sandbox printed %s: want 10m at most", fi.Size(), diskOver)
+	}
+	stop := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	t.Logf("stopped in %s", time.Since(stop).Round(time.Millisecond))
+	if want := int64(100 << 20); out.count() < want {
+		t.Errorf("the user got %d bytes of the sandbox's output, want the %d it printed", out.count(), want)
+	}
+}
+
+// outputCount counts the bytes written to it, and closes seen once they end
+// with mark.
+type outputCount struct {
+	mu   sync.Mutex
+	n    int64
+	tail []byte
+	mark []byte
+	seen chan struct{}
+}
+
+func (o *outputCount) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n += int64(len(b))
+	o.tail = append(o.tail, b...)
+	if len(o.tail) > 4096 {
+		o.tail = o.tail[len(o.tail)-4096:]
+	}
+	if bytes.HasSuffix(o.tail, o.mark) && o.seen != nil {
+		close(o.seen)
+		o.seen = nil
+	}
+	return len(b), nil
+}
+
+func (o *outputCount) count() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
+}
+
+// A launcher killed (SIGKILL) while its sandbox writes under disk: 1g: its
+// watchdog removes the sandbox (an allowlist's gateway and networks too) at
+// once, and so does the keeper of a gateway prepared ahead for a run that
+// adopted it, so the write stops far short of the cap, where nothing would
+// stop it otherwise until its command ended.
+func TestDiskKilledLauncher(t *testing.T) {
+	const allowlist = "network:\n  mode: allowlist\n  allow: [allowed.test]\n"
+	for _, tc := range []struct {
+		name, network string
+		prepared      bool
+	}{
+		{"offline", probeOffline, false},
+		{"allowlist", allowlist, false},
+		{"allowlist on a prepared gateway", allowlist, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSandbox(t)
+			p := s.Profile(tc.network + "resources: {disk: 1g}\n")
+			if tc.prepared {
+				if testenv.EnginePodman(t) {
+					t.Skip("no gateway is prepared ahead on Podman")
+				}
+				s.uniqueWorkspace()
+				s.Prepared()
+				if r := s.Run("", "run", "-p", p, "--", "exit", "0"); r.Code != 0 {
+					t.Fatalf("the run that has a gateway prepared:\n%s", r)
+				}
+				s.WaitBackground()
+			}
+			// 2g at 50 MiB/s at most: 40 s unless stopped.
+			l := cleanupStart(t, s, "run", "-p", p, "--", "fs", "trickle big 2g")
+			l.waitStdout(t, "trickling", time.Minute)
+			_, project := agentOf(t, s)
+			if gws := preparedGateways(t, s); tc.prepared && (len(gws) == 0 || gws[0].project != project) {
+				t.Fatalf("the run is sandbox %s, not on the prepared gateway: %v", project, gws)
+			}
+			big := filepath.Join(s.Workspace, "big")
+			size := func() int64 {
+				fi, err := os.Stat(big)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi.Size()
+			}
+			for deadline := time.Now().Add(time.Minute); size() < 16<<20; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the sandbox wrote %d bytes in a minute", size())
+				}
+			}
+			l.signal(t, syscall.SIGKILL)
+			l.wait(t, time.Minute)
+			killed := time.Now()
+			for left := projectLeft(t, project); len(left) > 0; left = projectLeft(t, project) {
+				if time.Since(killed) > 10*time.Second {
+					t.Fatalf("10 s after its launcher was killed, the sandbox is still there: %v", left)
+				}
+				time.Sleep(100 * time.Millisecond) // the engine says nothing to the test
+			}
+			took, written := time.Since(killed), size()
+			t.Logf("removed %s after its launcher was killed, having written %d MiB", took.Round(time.Millisecond), written>>20)
+			if written >= 1<<30 {
+				t.Errorf("the sandbox wrote %d bytes under disk: 1g after its launcher was killed", written)
+			}
+		})
+	}
+}
+
+// projectLeft are the containers, networks and volumes of a sandbox.
+func projectLeft(t *testing.T, project string) []string {
+	t.Helper()
+	label := "label=dev.propio-sandbox.project=" + project
+	var left []string
+	for _, kind := range [][]string{{"ps", "-aq"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
+		left = append(left, strings.Fields(mustDocker(t, append(kind, "--filter", label)...))...)
+	}
+	return left
 }

@@ -753,14 +753,16 @@ func TestAllowlistForeignNetwork(t *testing.T) {
 	}
 }
 
-// TestAllowlistKilledLauncher: what a SIGKILLed launcher leaves of an
-// allowlist sandbox (the gateway as well as the agent, on Podman the holder
+// TestAllowlistKilledLauncher: what a SIGKILLed launcher (and its watchdog,
+// killed first: else it removes all of it at once, TestDiskKilledLauncher)
+// leaves of an allowlist sandbox (the gateway as well as the agent, on Podman the holder
 // of its network namespace, and both networks) is removed by gc.
 func TestAllowlistKilledLauncher(t *testing.T) {
 	s := newSandbox(t)
 	p := s.Profile("network:\n  mode: allowlist\n  allow: [allowed.test]\n")
 	l := cleanupStart(t, s, "run", "-p", p, "--", "sleep", "1m")
 	l.waitStdout(t, "ready", time.Minute)
+	killWatchdog(t, l.cmd.Process.Pid)
 	l.signal(t, syscall.SIGKILL)
 	l.wait(t, time.Minute)
 	left := s.Leftovers()

@@ -300,8 +300,8 @@ git log --oneline | wc -l`
 	}
 }
 
-// TestGitGuardKilled: when the launcher is killed, the sandbox goes on
-// until gc removes it; gc then judges what it left.
+// TestGitGuardKilled: when the launcher (and its watchdog) is killed, the
+// sandbox goes on until gc removes it; gc then judges what it left.
 func TestGitGuardKilled(t *testing.T) {
 	t.Parallel()
 	s := newSandbox(t)
@@ -329,6 +329,7 @@ func TestGitGuardKilled(t *testing.T) {
 		}
 		seen += string(buf[:n])
 	}
+	killWatchdog(t, cmd.Process.Pid) // what gc judges: the whole launch killed
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
 	if _, err := os.Lstat(filepath.Join(s.Workspace, ".git", "commondir")); err != nil {

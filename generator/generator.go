@@ -330,12 +330,32 @@ func Generate(p *profile.Profile, h Host, o Options) (*types.Project, error) {
 	}
 	ext.Set(&svc)
 	project.Services[Service] = svc
+	boundLogs(project)
 	if h.Engine.Remote {
 		if err := hostBinds(project); err != nil {
 			return nil, err
 		}
 	}
 	return project, nil
+}
+
+// LogMaxSize bounds what the engine keeps of a container's output (what
+// the agent prints, the gateway's own output): well under the smallest
+// disk cap (1g), so that printing is no way past it. The launcher gets the
+// output as it comes (attached), never from the engine's log, which is
+// there only for `docker logs` while the sandbox runs.
+const LogMaxSize = "10m"
+
+// boundLogs has the engine keep at most LogMaxSize of each container's
+// output: json-file, whose max-size both Docker (which then keeps one file,
+// truncated when full) and Podman (as k8s-file, conmon's log size) honour,
+// whatever the engine's default driver (an unbounded json-file on Docker,
+// journald on many Podman setups).
+func boundLogs(project *types.Project) {
+	for name, s := range project.Services {
+		s.Logging = &types.LoggingConfig{Driver: "json-file", Options: types.Options{"max-size": LogMaxSize}}
+		project.Services[name] = s
+	}
 }
 
 // diskCap is the cap on what the sandbox writes: resources.disk, or the

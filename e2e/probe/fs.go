@@ -89,6 +89,11 @@ func fsOps(ops []string) {
 			if n, err = parseSize(arg(2)); err == nil {
 				err = fillFile(arg(1), n, words[0] == "hold")
 			}
+		case "trickle":
+			var n int64
+			if n, err = parseSize(arg(2)); err == nil {
+				err = trickleFile(arg(1), n)
+			}
 		default:
 			err = fmt.Errorf("unknown operation %q", words[0])
 		}
@@ -155,6 +160,27 @@ var held []*os.File
 // it returns. It prints how much it wrote, even when a write fails. With
 // hold, it deletes the file before it writes, and keeps it open. On a
 // failure the file is left open (the probe exits at once).
+// trickleFile writes n bytes to path, 1 MiB at a time at most 50 MiB a
+// second: a writer that something must stop, slow enough for a test to
+// see that it was stopped before it got far.
+func trickleFile(path string, n int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fmt.Println("trickling")
+	buf := []byte(strings.Repeat("propio-sandbox fills this file.\n", 1<<15)) // 1 MiB
+	for done := int64(0); done < n; done += int64(len(buf)) {
+		if _, err := f.Write(buf[:min(int64(len(buf)), n-done)]); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Printf("trickled %s %d\n", path, n)
+	return nil
+}
+
 func fillFile(path string, n int64, hold bool) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {

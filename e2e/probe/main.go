@@ -73,6 +73,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -80,6 +81,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -184,6 +186,9 @@ func main() {
 	case "stderr":
 		need(args, 1)
 		fmt.Fprintln(os.Stderr, args[0])
+	case "flood":
+		need(args, 1)
+		flood(args[0])
 	case "sleep":
 		need(args, 1)
 		d, err := time.ParseDuration(args[0])
@@ -239,4 +244,27 @@ func check(err error) {
 func fail(err error) {
 	fmt.Printf("error: %v\n", err)
 	os.Exit(1)
+}
+
+// flood prints size bytes to stdout, in lines of 1 KiB, then "flooded",
+// and waits for a signal (a minute at most), so that the test can look at
+// the engine's log of the container while it runs.
+func flood(size string) {
+	n, err := parseSize(size)
+	check(err)
+	line := []byte(strings.Repeat("propio-sandbox floods its output. ", 31) + "end\n")[:1024]
+	line[1023] = '\n'
+	buf := bytes.Repeat(line, 64)
+	for done := int64(0); done < n; done += int64(len(buf)) {
+		_, err := os.Stdout.Write(buf[:min(int64(len(buf)), n-done)])
+		check(err)
+	}
+	fmt.Println("flooded")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	select {
+	case s := <-sigs:
+		os.Exit(128 + int(s.(syscall.Signal)))
+	case <-time.After(time.Minute):
+	}
 }

@@ -23,7 +23,7 @@ func newBackground(a *app) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 	}
-	cmd.AddCommand(newBackgroundRemove(a), newBackgroundKeep(a))
+	cmd.AddCommand(newBackgroundRemove(a), newBackgroundKeep(a), newBackgroundWatch(a))
 	return cmd
 }
 
@@ -51,22 +51,51 @@ func newBackgroundRemove(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:  "remove --host HOST --project NAME --launcher PID",
 		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return removeNow(a, r) },
+	}
+	removalFlags(cmd, &r)
+	return cmd
+}
+
+// newBackgroundWatch is a run's watchdog: it waits as long as the run
+// lasts, and removes the sandbox if its launcher is gone without saying it
+// is done.
+func newBackgroundWatch(a *app) *cobra.Command {
+	var w sandbox.Watchdog
+	cmd := &cobra.Command{
+		Use:  "watch --host HOST --project NAME --launcher PID",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), backgroundBudget)
-			defer cancel()
-			r.Streams = sandbox.Streams{Out: a.stderr, Err: a.stderr}
-			if err := r.Run(ctx); err != nil {
-				stamp(a, "removing sandbox %s (launcher %d): %v", r.Project, r.Launcher, err)
-				return exitCode(ExitFailure)
+			if !w.LauncherGone() {
+				return nil
 			}
-			stamp(a, "removed sandbox %s (launcher %d)", r.Project, r.Launcher)
-			return nil
+			stamp(a, "the launcher (%d) of sandbox %s is gone: removing the sandbox", w.Launcher, w.Project)
+			return removeNow(a, w.Removal)
 		},
 	}
+	removalFlags(cmd, &w.Removal)
+	return cmd
+}
+
+// removalFlags are the flags that say what a removal removes.
+func removalFlags(cmd *cobra.Command, r *sandbox.Removal) {
 	cmd.Flags().StringVar(&r.Host, "host", "", "the engine's address")
 	cmd.Flags().StringVar(&r.Project, "project", "", "the sandbox's name")
 	cmd.Flags().IntVar(&r.Launcher, "launcher", 0, "the pid of the launcher that made it")
-	return cmd
+}
+
+// removeNow removes what r says, within backgroundBudget, and says how it
+// went in the background log.
+func removeNow(a *app, r sandbox.Removal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), backgroundBudget)
+	defer cancel()
+	r.Streams = sandbox.Streams{Out: a.stderr, Err: a.stderr}
+	if err := r.Run(ctx); err != nil {
+		stamp(a, "removing sandbox %s (launcher %d): %v", r.Project, r.Launcher, err)
+		return exitCode(ExitFailure)
+	}
+	stamp(a, "removed sandbox %s (launcher %d)", r.Project, r.Launcher)
+	return nil
 }
 
 // stamp writes a line to the background log, with the time and pid.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/daemon"
@@ -166,3 +169,105 @@ func (s *launch) handOff(project string) bool {
 	_, err = daemon.Spawn(daemon.Spec{Args: r.Args(), Log: backgroundLog(dir), Dir: "/", Files: []*os.File{s.name.file, busy}})
 	return err == nil
 }
+
+// A launch's watchdog: a background process started once the sandbox has
+// its name, before anything of it is made, that removes what the launcher
+// makes of it at once when the launcher dies without saying it is done
+// (SIGKILL, a crash): nothing else would stop the sandbox until its
+// command ends (the disk cap's watch and the timeout are the launcher's),
+// and gc runs only when asked. It holds the name from the start, as the
+// launcher does (gc leaves the sandbox to it), and lets go of it as soon as
+// the launcher says it is done.
+
+// Watchdog is the watchdog's work, in its own process: its files are the
+// name's lock, the workspace's busy lock (not taken: it takes it once it
+// removes) and its end of the launcher's connection.
+type Watchdog struct {
+	Removal
+}
+
+// Args are the watchdog's arguments.
+func (w Watchdog) Args() []string {
+	return append([]string{BackgroundArg, "watch"}, w.Removal.Args()[2:]...)
+}
+
+// LauncherGone waits until the launcher says it is done (then it lets go
+// of the name and the busy lock at once, and reports false) or is gone
+// without saying so (then it takes the busy lock and reports true).
+func (w Watchdog) LauncherGone() bool {
+	name, busy, launcher := daemon.File(0, "name lock"), daemon.File(1, "busy lock"), daemon.File(2, "launcher")
+	if name == nil || busy == nil || launcher == nil {
+		return false // not started by a launcher: nothing to watch
+	}
+	b := make([]byte, 1)
+	n, _ := launcher.Read(b) // blocks until the launcher writes, or its end closes
+	if n == 1 && b[0] == watchdogDone {
+		name.Close()
+		busy.Close()
+		launcher.Close() // the launcher waits for this to go on
+		return false
+	}
+	syscall.Flock(int(busy.Fd()), syscall.LOCK_SH)
+	return true
+}
+
+// watchdogDone is what a launcher writes to its watchdog when it is done.
+const watchdogDone = 'd'
+
+// watchdog is the launcher's end of its watchdog's connection.
+type watchdog struct{ c *net.UnixConn }
+
+// startWatchdog starts the watchdog of the sandbox of project, or says why
+// it could not (the sandbox is then left to gc if the launcher is killed).
+// A run on a gateway prepared ahead has its keeper for that (it removes
+// the run with its gateway when its launcher hangs up); a Podman service
+// started for the launch stops with it, leaving nothing to remove through.
+func (s *launch) startWatchdog(project string) (*watchdog, error) {
+	if s.adopted != nil || s.tempEngine || s.name == nil {
+		return nil, nil
+	}
+	dir, err := backgroundDir(s.Env.Dirs)
+	if err != nil {
+		return nil, err
+	}
+	busy, err := os.OpenFile(busyPath(dir, s.Env.Workspace), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the workspace's busy lock: %w", err)
+	}
+	defer busy.Close()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the watchdog: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "watchdog"), os.NewFile(uintptr(fds[1]), "launcher")
+	defer theirs.Close()
+	defer ours.Close()
+	c, err := net.FileConn(ours)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the watchdog: %w", err)
+	}
+	w := Watchdog{Removal{Host: s.host, Project: project, Launcher: os.Getpid()}}
+	if _, err := daemon.Spawn(daemon.Spec{Args: w.Args(), Log: backgroundLog(dir), Dir: "/", Files: []*os.File{s.name.file, busy, theirs}}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &watchdog{c.(*net.UnixConn)}, nil
+}
+
+// dismiss tells the watchdog the launcher is done, and waits (a moment at
+// most) until it has let go of the name, so that the next launch in the
+// workspace finds the name free.
+func (w *watchdog) dismiss() {
+	if w == nil {
+		return
+	}
+	defer w.c.Close()
+	if _, err := w.c.Write([]byte{watchdogDone}); err != nil {
+		return
+	}
+	w.c.SetReadDeadline(time.Now().Add(watchdogLetGo))
+	io.Copy(io.Discard, w.c)
+}
+
+// watchdogLetGo bounds the wait for the watchdog to let go of the name.
+const watchdogLetGo = time.Second

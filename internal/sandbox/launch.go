@@ -217,6 +217,11 @@ func (l *Launch) Run(ctx context.Context) (int, error) {
 	defer s.name.release()
 	defer s.spares.Wait() // the next run's gateway is handed over
 	s.opts.Project = s.name.Name
+	wd, err := s.startWatchdog(s.name.Name)
+	if err != nil {
+		s.report.Warn(fmt.Sprintf("starting the sandbox's watchdog: %v; if this launcher is killed, its sandbox runs on until gc removes it", err))
+	}
+	defer wd.dismiss()
 	return s.run(ctx, names)
 }
 
