@@ -96,9 +96,14 @@ func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) err
 // agent's request asks for.
 func destination(r ask.Request) string { return r.What() }
 
-// watchRequests attaches to every sandbox f serves, as they start, and
-// prints their events until ctx ends.
+// watchRequests attaches to every sandbox f serves, those running and,
+// from their first instant, those that start, and prints their events
+// until ctx ends. It says once, on status, that it is attached.
 func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON bool) error {
+	e, err := loadEnv()
+	if err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	print := func(ev ask.Event) {
 		mu.Lock()
@@ -109,39 +114,81 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 		}
 		fmt.Fprintln(w, eventLine(ev))
 	}
-	watching := map[string]bool{}
+	watching := map[string]bool{} // by ask directory
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the wait
+	// watch watches s, unless it is watched already, until ctx or the
+	// watch ends; attached is called once the watch is attached.
+	watch := func(ctx context.Context, s ask.Sandbox, attached func()) {
+		mu.Lock() // watching is shared with the watches, which end with their sandbox
+		if watching[s.Dir] {
+			mu.Unlock()
+			attached()
+			return
+		}
+		watching[s.Dir] = true
+		mu.Unlock()
+		_ = s.WatchAttached(ctx, attached, print)
+		mu.Lock()
+		delete(watching, s.Dir)
+		mu.Unlock()
+	}
+	if reg := register(e, f.all, status); reg != nil {
+		defer reg.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reg.Serve(ctx, func(ctx context.Context, s ask.Sandbox) { watch(ctx, s, func() {}) })
+		}()
+	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		sbs, err := f.sandboxes()
+	for first := true; ; first = false {
+		sbs, err := ask.Find(e.workspace, f.all)
 		if err != nil {
 			return err
 		}
-		mu.Lock() // watching is shared with the watches, which end with their sandbox
+		var attached sync.WaitGroup
 		for _, s := range sbs {
-			if watching[s.Dir] {
+			mu.Lock()
+			known := watching[s.Dir]
+			mu.Unlock()
+			if known {
 				continue
 			}
-			watching[s.Dir] = true
+			attached.Add(1)
+			wg.Add(1)
 			go func() {
-				attached := func() {
-					mu.Lock()
-					defer mu.Unlock()
-					fmt.Fprintf(status, "%s: approving the requests of %s (%s)\n", name, s.Project, s.Workspace)
-				}
-				_ = s.WatchAttached(ctx, attached, print)
-				mu.Lock()
-				delete(watching, s.Dir)
-				mu.Unlock()
+				defer wg.Done()
+				watch(ctx, s, sync.OnceFunc(attached.Done))
 			}()
 		}
-		mu.Unlock()
+		if first {
+			attached.Wait()
+			fmt.Fprintf(status, "%s: approving the requests of %s as they come, from each sandbox's start; Ctrl-C stops\n", name, served(e, f.all))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
 	}
+}
+
+// register registers this command as an approver of the sandboxes of e's
+// workspace (every one of the user's, with all), so that each sandbox that
+// starts is announced to it before it starts. Failing that, it warns: a
+// sandbox that starts is found within a second, and what it asks before is
+// denied.
+func register(e env, all bool, status io.Writer) *ask.Registration {
+	reg, err := ask.Register(e.workspace, all)
+	if err != nil {
+		fmt.Fprintf(status, "%s: warning: %v; a sandbox that starts now is found within a second, and what it asks before that is denied\n", name, err)
+		return nil
+	}
+	return reg
 }
 
 // eventLine is an event as watch prints it.

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -213,33 +212,6 @@ func answer(w http.ResponseWriter, status int, a ask.Answer) {
 	_ = json.NewEncoder(w).Encode(a)
 }
 
-// listenUnix listens on the unix socket name in dir, with mode perm. A path
-// too long for a socket address is reached through the directory's file
-// descriptor (/proc/self/fd/N/NAME).
-func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
-	path := filepath.Join(dir, name)
-	os.Remove(path)
-	addr := path
-	if len(path) > 107 {
-		d, err := os.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
-	}
-	l, err := net.Listen("unix", addr)
-	if err != nil {
-		return nil, err
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chmod(path, perm); err != nil {
-		l.Close()
-		return nil, errors.Join(err, os.Remove(path))
-	}
-	return l, nil
-}
-
 // serveAgentRequests serves the agent's requests of the sandbox project,
 // when its profile lets the agent make any, until the returned stop is
 // called: it makes the agent's directory (and the ask directory, when the
@@ -291,7 +263,8 @@ func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, po
 	srv := &AgentServer{
 		Kinds:    s.Profile.AgentRequests,
 		Handlers: s.requestHandlers(proj, ports, generator.AskDir(askBase, project)),
-		Broker:   &ask.Broker{Project: project, Workspace: s.Env.Workspace, Timeout: time.Duration(s.Profile.Network.AskTimeoutOrDefault()), Prefix: "a"},
+		Broker: &ask.Broker{Project: project, Workspace: s.Env.Workspace, Timeout: time.Duration(s.Profile.Network.AskTimeoutOrDefault()), Prefix: "a",
+			Expect: func() bool { return ask.Held(generator.AskDir(askBase, project)) }},
 		Log:      log,
 		AgentDir: agentDir,
 		AskDir:   generator.AskDir(askBase, project),
@@ -331,4 +304,28 @@ func (s *launch) requestHandlers(proj *types.Project, ports *Ports, askDir strin
 		hs.Check(ask.KindMount, m.Check)
 	}
 	return hs
+}
+
+// listenUnix listens on the unix socket name in dir, with mode perm
+// (ask.Listen).
+func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
+	return ask.Listen(dir, name, perm)
+}
+
+// announce announces the sandbox project, when it can ask (it has an ask
+// directory), to the approvers attached to its workspace before it starts:
+// each holds it, so that what it asks in its first instant waits for them
+// rather than being denied for want of an approver. The function returned
+// ends the announcements, once the sandbox has ended.
+func announce(project string) (hangup func()) {
+	base, err := ask.BaseDir()
+	if err != nil {
+		return func() {}
+	}
+	sb, err := ask.Open(generator.AskDir(base, project))
+	if err != nil {
+		return func() {} // it asks nothing
+	}
+	_, hangup = ask.Announce(sb)
+	return hangup
 }
