@@ -202,4 +202,3 @@ func TestBrokerApproverGoneBeforeAttaching(t *testing.T) {
 		t.Fatalf("outcome %+v", o)
 	}
 }
-
