@@ -149,6 +149,9 @@ func TestApproverFromFirstInstant(t *testing.T) {
 	s := newSandbox(t)
 	rt := privateRuntime(t, s)
 	prof := s.Profile(firstInstantProfile)
+	// The approver looks for sandboxes once, as it starts: what it serves
+	// after, it serves by the launchers' announcements alone.
+	s.Env = append(s.Env, "PROPIO_SANDBOX_E2E_RESCAN=1h")
 	a := startApprover(t, s)
 
 	// The approver's side: each pending request is denied once, by the

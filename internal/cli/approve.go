@@ -86,7 +86,7 @@ func newBoard(e env, all bool, by string) *approver.Board {
 		sbs, err := approver.Find(e.workspace, all)
 		return approver.Targets(sbs), err
 	}
-	return approver.NewBoard(find, grantAlways(e, by), time.Second)
+	return approver.NewBoard(find, grantAlways(e, by), rescan(time.Second))
 }
 
 // grantAlways saves an "always" decision of the frontend by in the user's

@@ -143,7 +143,7 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 			reg.Serve(ctx, func(ctx context.Context, s ask.Sandbox) { watch(ctx, s, func() {}) })
 		}()
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
+	tick := time.NewTicker(rescan(500 * time.Millisecond))
 	defer tick.Stop()
 	for first := true; ; first = false {
 		sbs, err := ask.Find(e.workspace, f.all)
