@@ -155,11 +155,21 @@ func TestAnnounceRefused(t *testing.T) {
 	}
 }
 
+// onItsWay is a broker's Expect, true until set: an approver on its way.
+type onItsWay chan bool
+
+func newOnItsWay() onItsWay {
+	w := make(onItsWay, 1)
+	w <- true
+	return w
+}
+
+func (w onItsWay) expect() bool { v := <-w; w <- v; return v }
+
+func (w onItsWay) set(v bool) { <-w; w <- v }
+
 func TestBrokerAwaitsAnApproverOnItsWay(t *testing.T) {
-	expect := make(chan bool, 1)
-	expect <- true
-	on := func() bool { v := <-expect; expect <- v; return v }
-	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Minute, Expect: on}
+	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Minute, Expect: newOnItsWay().expect}
 	s := serve(t, b)
 
 	// Nothing attached, an approver on its way: the request waits, and the
@@ -183,17 +193,14 @@ func TestBrokerAwaitsAnApproverOnItsWay(t *testing.T) {
 }
 
 func TestBrokerApproverGoneBeforeAttaching(t *testing.T) {
-	expect := make(chan bool, 1)
-	expect <- true
-	on := func() bool { v := <-expect; expect <- v; return v }
-	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Hour, Expect: on}
+	way := newOnItsWay()
+	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Hour, Expect: way.expect}
 	done := make(chan Outcome, 1)
 	go func() { done <- b.Ask(context.Background(), Request{Host: "a.test", Port: 443}) }()
 	for len(b.Pending()) == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	<-expect
-	expect <- false // the approver went before it attached
+	way.set(false) // the approver went before it attached
 	if o := <-done; o.Action != Deny || o.DecidedBy != ByNoApprover || o.Why == "" {
 		t.Fatalf("outcome %+v, want denied for want of an approver", o)
 	}
