@@ -293,3 +293,75 @@ func randomName() string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Follow watches, as their approver, the sandboxes of workspace (every one
+// of the user's, with all): those running now, and, from their first
+// instant, those announced to reg (when not nil) as they start; it looks
+// for others every rescan. fn gets their events, never two at once; ready
+// is called once the sandboxes running at first are attached. It ends when
+// ctx does (nil), or when the sandboxes cannot be listed.
+func Follow(ctx context.Context, workspace string, all bool, reg *Registration, rescan time.Duration, ready func(), fn func(Event)) error {
+	var mu sync.Mutex
+	serial := func(ev Event) { mu.Lock(); defer mu.Unlock(); fn(ev) }
+	watching := map[string]bool{} // by ask directory, under wmu
+	var wmu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the wait
+	// watch watches s, unless it is watched already, until ctx or the
+	// watch ends; attached is called once it is attached.
+	watch := func(ctx context.Context, s Sandbox, attached func()) {
+		wmu.Lock()
+		if watching[s.Dir] {
+			wmu.Unlock()
+			attached()
+			return
+		}
+		watching[s.Dir] = true
+		wmu.Unlock()
+		_ = s.WatchAttached(ctx, attached, serial)
+		wmu.Lock()
+		delete(watching, s.Dir)
+		wmu.Unlock()
+	}
+	if reg != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reg.Serve(ctx, func(ctx context.Context, s Sandbox) { watch(ctx, s, func() {}) })
+		}()
+	}
+	tick := time.NewTicker(rescan)
+	defer tick.Stop()
+	for first := true; ; first = false {
+		sbs, err := Find(workspace, all)
+		if err != nil {
+			return err
+		}
+		var attached sync.WaitGroup
+		for _, s := range sbs {
+			wmu.Lock()
+			known := watching[s.Dir]
+			wmu.Unlock()
+			if known {
+				continue
+			}
+			attached.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				watch(ctx, s, sync.OnceFunc(attached.Done))
+			}()
+		}
+		if first {
+			attached.Wait()
+			ready()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

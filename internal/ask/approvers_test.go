@@ -3,6 +3,7 @@ package ask
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -207,5 +208,55 @@ func TestBrokerApproverGoneBeforeAttaching(t *testing.T) {
 	// Without one on its way, at once.
 	if o := b.Ask(context.Background(), Request{Host: "b.test", Port: 443}); o.DecidedBy != ByNoApprover {
 		t.Fatalf("outcome %+v", o)
+	}
+}
+
+// TestFollowFromFirstInstant: an approver that follows a workspace, and
+// looks for nothing after it starts, is announced a sandbox before its
+// server even listens; the server's first request waits for it, and the
+// approver is shown it and decides it.
+func TestFollowFromFirstInstant(t *testing.T) {
+	runtimeDir(t)
+	reg, err := Register("/w", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	events, ready, ended := make(chan Event, 16), make(chan struct{}), make(chan error)
+	go func() {
+		ended <- Follow(ctx, "/w", false, reg, time.Hour, func() { close(ready) }, func(ev Event) { events <- ev })
+	}()
+	defer func() { cancel(); <-ended }()
+	<-ready
+
+	s := makeSandbox(t, "p", "/w")
+	held, hangup := Announce(s)
+	defer hangup()
+	if held != 1 {
+		t.Fatalf("held by %d approvers, want 1", held)
+	}
+	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Minute, Expect: func() bool { return Held(s.Dir) }}
+	done := make(chan Outcome, 1)
+	go func() { done <- b.Ask(context.Background(), Request{Host: "a.test", Port: 443}) }() // before it listens
+	for len(b.Pending()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	l, err := Listen(s.Dir, SocketName, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: b.Handler()}
+	go srv.Serve(l)
+	defer srv.Close()
+	ev := <-events
+	if ev.Type != EventPending || ev.Request.Host != "a.test" {
+		t.Fatalf("first event %+v", ev)
+	}
+	if err := s.Decide(context.Background(), ev.Request.ID, Decision{Deny, ScopeOnce}); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-done; o.Action != Deny || o.DecidedBy != ByUser {
+		t.Fatalf("outcome %+v, want denied by the user", o)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -104,77 +103,21 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 	if err != nil {
 		return err
 	}
-	var mu sync.Mutex
 	print := func(ev ask.Event) {
-		mu.Lock()
-		defer mu.Unlock()
 		if asJSON {
 			_ = json.NewEncoder(w).Encode(ev)
 			return
 		}
 		fmt.Fprintln(w, eventLine(ev))
 	}
-	watching := map[string]bool{} // by ask directory
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // before the wait
-	// watch watches s, unless it is watched already, until ctx or the
-	// watch ends; attached is called once the watch is attached.
-	watch := func(ctx context.Context, s ask.Sandbox, attached func()) {
-		mu.Lock() // watching is shared with the watches, which end with their sandbox
-		if watching[s.Dir] {
-			mu.Unlock()
-			attached()
-			return
-		}
-		watching[s.Dir] = true
-		mu.Unlock()
-		_ = s.WatchAttached(ctx, attached, print)
-		mu.Lock()
-		delete(watching, s.Dir)
-		mu.Unlock()
+	ready := func() {
+		fmt.Fprintf(status, "%s: approving the requests of %s as they come, from each sandbox's start; Ctrl-C stops\n", name, served(e, f.all))
 	}
-	if reg := register(e, f.all, status); reg != nil {
+	reg := register(e, f.all, status)
+	if reg != nil {
 		defer reg.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reg.Serve(ctx, func(ctx context.Context, s ask.Sandbox) { watch(ctx, s, func() {}) })
-		}()
 	}
-	tick := time.NewTicker(rescan(500 * time.Millisecond))
-	defer tick.Stop()
-	for first := true; ; first = false {
-		sbs, err := ask.Find(e.workspace, f.all)
-		if err != nil {
-			return err
-		}
-		var attached sync.WaitGroup
-		for _, s := range sbs {
-			mu.Lock()
-			known := watching[s.Dir]
-			mu.Unlock()
-			if known {
-				continue
-			}
-			attached.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				watch(ctx, s, sync.OnceFunc(attached.Done))
-			}()
-		}
-		if first {
-			attached.Wait()
-			fmt.Fprintf(status, "%s: approving the requests of %s as they come, from each sandbox's start; Ctrl-C stops\n", name, served(e, f.all))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	return ask.Follow(ctx, e.workspace, f.all, reg, rescan(500*time.Millisecond), ready, print)
 }
 
 // register registers this command as an approver of the sandboxes of e's
