@@ -82,12 +82,10 @@ func Register(workspace string, all bool) (*Registration, error) {
 	return &Registration{workspace: workspace, all: all, dir: dir, name: name, ln: ln}, nil
 }
 
-// Close ends the registration; the workspace's directory goes with the
-// last of its approvers.
+// Close ends the registration.
 func (r *Registration) Close() {
 	r.ln.Close()
 	os.Remove(filepath.Join(r.dir, r.name))
-	os.Remove(r.dir) // unless another approver's is there
 }
 
 // announcement is what a launcher sends an approver, one JSON line; the
