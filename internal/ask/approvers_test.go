@@ -175,32 +175,15 @@ func TestBrokerAwaitsAnApproverOnItsWay(t *testing.T) {
 
 	// Nothing attached, an approver on its way: the request waits, and the
 	// approver finds it pending when it attaches.
-	done := make(chan Outcome, 1)
-	go func() { done <- b.Ask(context.Background(), Request{Host: "a.test", Port: 443}) }()
-	for len(b.Pending()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	done := pendingAsk(b)
 	events := watch(t, s, b)
-	ev := <-events
-	if ev.Type != EventPending || ev.Request.Host != "a.test" {
-		t.Fatalf("first event %+v", ev)
-	}
-	if err := s.Decide(context.Background(), ev.Request.ID, Decision{Allow, ScopeOnce}); err != nil {
-		t.Fatal(err)
-	}
-	if o := <-done; o.Action != Allow || o.DecidedBy != ByUser {
-		t.Fatalf("outcome %+v, want allowed by the user", o)
-	}
+	decideFirst(t, s, events, done, Allow)
 }
 
 func TestBrokerApproverGoneBeforeAttaching(t *testing.T) {
 	way := newOnItsWay()
 	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Hour, Expect: way.expect}
-	done := make(chan Outcome, 1)
-	go func() { done <- b.Ask(context.Background(), Request{Host: "a.test", Port: 443}) }()
-	for len(b.Pending()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	done := pendingAsk(b)
 	way.set(false) // the approver went before it attached
 	if o := <-done; o.Action != Deny || o.DecidedBy != ByNoApprover || o.Why == "" {
 		t.Fatalf("outcome %+v, want denied for want of an approver", o)
@@ -237,11 +220,7 @@ func TestFollowFromFirstInstant(t *testing.T) {
 		t.Fatalf("held by %d approvers, want 1", held)
 	}
 	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Minute, Expect: func() bool { return Held(s.Dir) }}
-	done := make(chan Outcome, 1)
-	go func() { done <- b.Ask(context.Background(), Request{Host: "a.test", Port: 443}) }() // before it listens
-	for len(b.Pending()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	done := pendingAsk(b) // before it listens
 	l, err := Listen(s.Dir, SocketName, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -249,14 +228,32 @@ func TestFollowFromFirstInstant(t *testing.T) {
 	srv := &http.Server{Handler: b.Handler()}
 	go srv.Serve(l)
 	defer srv.Close()
+	decideFirst(t, s, events, done, Deny)
+}
+
+// pendingAsk asks b for a.test:443 in the background, and returns once
+// the request is pending; its outcome comes on the channel.
+func pendingAsk(b *Broker) <-chan Outcome {
+	done := make(chan Outcome, 1)
+	go func() { done <- b.Ask(context.Background(), Request{Host: "a.test", Port: 443}) }()
+	for len(b.Pending()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return done
+}
+
+// decideFirst decides the first event, a.test pending, with action, as
+// the user, and checks the outcome.
+func decideFirst(t *testing.T, s Sandbox, events <-chan Event, done <-chan Outcome, action string) {
+	t.Helper()
 	ev := <-events
 	if ev.Type != EventPending || ev.Request.Host != "a.test" {
 		t.Fatalf("first event %+v", ev)
 	}
-	if err := s.Decide(context.Background(), ev.Request.ID, Decision{Deny, ScopeOnce}); err != nil {
+	if err := s.Decide(context.Background(), ev.Request.ID, Decision{action, ScopeOnce}); err != nil {
 		t.Fatal(err)
 	}
-	if o := <-done; o.Action != Deny || o.DecidedBy != ByUser {
-		t.Fatalf("outcome %+v, want denied by the user", o)
+	if o := <-done; o.Action != action || o.DecidedBy != ByUser {
+		t.Fatalf("outcome %+v, want %s by the user", o, action)
 	}
 }
