@@ -174,6 +174,21 @@ func (f *fakeAsk) decide(w http.ResponseWriter, r *http.Request) {
 	f.decisions <- askDecided{ID: id, Decision: d}
 }
 
+// expire decides the pending request id by its timeout, as a gateway does.
+func (f *fakeAsk) expire(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := slices.IndexFunc(f.pending, func(p askRequest) bool { return p.ID == id })
+	if i < 0 {
+		return
+	}
+	req := f.pending[i]
+	f.pending = slices.Delete(f.pending, i, i+1)
+	for ch := range f.watchers {
+		ch <- askEvent{Type: "decided", Request: req, Decision: &askDecision{"deny", "once"}, DecidedBy: "timeout"}
+	}
+}
+
 // awaitAttached waits until a frontend watches the sandbox.
 func (f *fakeAsk) awaitAttached(t *testing.T, timeout time.Duration) {
 	t.Helper()

@@ -318,13 +318,28 @@ func (c *chromium) awaitSelector(selector, text string, timeout time.Duration) {
 // does.
 func (c *chromium) click(selector string) {
 	c.t.Helper()
+	x, y := c.pointAt(selector)
+	for _, typ := range []string{"mouseMoved", "mousePressed", "mouseReleased"} {
+		c.mouse(typ, x, y)
+	}
+}
+
+// pointAt scrolls the element selector matches into view and returns its
+// middle.
+func (c *chromium) pointAt(selector string) (x, y float64) {
+	c.t.Helper()
 	sel, _ := json.Marshal(selector)
 	var box struct{ X, Y float64 }
 	c.eval(fmt.Sprintf(`(() => { const e = document.querySelector(%s); e.scrollIntoView({block: "center"});
 		const r = e.getBoundingClientRect(); return {X: r.x + r.width / 2, Y: r.y + r.height / 2}; })()`, sel), &box)
-	for _, typ := range []string{"mouseMoved", "mousePressed", "mouseReleased"} {
-		c.do("Input.dispatchMouseEvent", map[string]any{"type": typ, "x": box.X, "y": box.Y, "button": "left", "clickCount": 1}, nil)
-	}
+	return box.X, box.Y
+}
+
+// mouse sends one mouse event of typ (mouseMoved, mousePressed,
+// mouseReleased) at x, y, with the left button.
+func (c *chromium) mouse(typ string, x, y float64) {
+	c.t.Helper()
+	c.do("Input.dispatchMouseEvent", map[string]any{"type": typ, "x": x, "y": y, "button": "left", "clickCount": 1}, nil)
 }
 
 // screenshot returns a PNG of the page's viewport.

@@ -163,19 +163,45 @@ func (b *Board) scan(ctx context.Context, wg *sync.WaitGroup) {
 		}
 	}
 	for _, t := range targets {
-		if _, ok := b.targets[t.Project]; ok {
+		if !b.attachLocked(t) {
 			continue
 		}
-		b.targets[t.Project] = t
-		delete(b.watchErr, t.Project)
-		b.bump()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := t.Asker.Watch(ctx, func(e Event) { b.event(t.Project, e) })
-			b.detach(t.Project, err, ctx.Err() != nil)
+			b.watch(ctx, t)
 		}()
 	}
+}
+
+// Serve serves t until ctx ends or its watch does, unless the board serves
+// it already: a sandbox announced as it starts (ask.Registration), before
+// any scan could find it.
+func (b *Board) Serve(ctx context.Context, t Target) {
+	b.mu.Lock()
+	attach := b.attachLocked(t)
+	b.mu.Unlock()
+	if attach {
+		b.watch(ctx, t)
+	}
+}
+
+// attachLocked takes t among the attached sandboxes, unless it is one;
+// b.mu is held.
+func (b *Board) attachLocked(t Target) bool {
+	if _, ok := b.targets[t.Project]; ok {
+		return false
+	}
+	b.targets[t.Project] = t
+	delete(b.watchErr, t.Project)
+	b.bump()
+	return true
+}
+
+// watch watches t, attached, until ctx or the watch ends.
+func (b *Board) watch(ctx context.Context, t Target) {
+	err := t.Asker.Watch(ctx, func(e Event) { b.event(t.Project, e) })
+	b.detach(t.Project, err, ctx.Err() != nil)
 }
 
 // detach forgets a sandbox whose watch ended (it stopped, or ctx ended).

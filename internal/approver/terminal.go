@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -35,23 +36,52 @@ const (
 // Screen is the terminal UI's model: the board as last seen, the selected
 // request and the last message. It draws text and turns keys into
 // decisions; Terminal does the input and output.
+//
+// A decision key applies to the request selected when it is read, by its
+// id. When the selected request goes without the user's decision (its
+// timeout, or another approver, decided it), the selection moves to the
+// next one; a decision key read within Settle of that move decides
+// nothing, as it was meant for the request that went.
 type Screen struct {
 	Width, Height int
-	snap          Snapshot
-	sel           string // key of the selected pending request
-	msg           string
+	// Now is the clock of the selection's moves; nil: time.Now.
+	Now     func() time.Time
+	snap    Snapshot
+	sel     string    // key of the selected pending request
+	decided string    // key of the request the user decided last
+	moved   time.Time // when the selected request went, not decided by the user
+	msg     string
 }
+
+// Settle is how long after the selected request went that a decision key
+// decides nothing.
+const Settle = time.Second
 
 // Update takes the board's snapshot, keeping the selection on the same
 // request when it is still pending.
 func (s *Screen) Update(snap Snapshot) {
 	s.snap = snap
-	if s.index() < 0 {
-		s.sel = ""
-		if len(snap.Pending) > 0 {
-			s.sel = itemKey(snap.Pending[0])
-		}
+	if s.index() >= 0 {
+		return
 	}
+	if s.sel != "" && s.sel != s.decided {
+		s.moved = s.now()
+	}
+	s.sel = ""
+	if len(snap.Pending) > 0 {
+		s.sel = itemKey(snap.Pending[0])
+	}
+}
+
+// Decided records that the user decided it: the selection moves on from
+// it by the user's doing.
+func (s *Screen) Decided(it Item) { s.decided = itemKey(it) }
+
+func (s *Screen) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 func itemKey(it Item) string { return key(it.Request.Project, it.Request.ID) }
@@ -78,12 +108,12 @@ func (s *Screen) Key(k string) (it *Item, d *Decision, quit bool) {
 		return nil, nil, true
 	case KeyUp, "k":
 		if i > 0 {
-			s.sel = itemKey(s.snap.Pending[i-1])
+			s.sel, s.moved = itemKey(s.snap.Pending[i-1]), time.Time{}
 		}
 		return nil, nil, false
 	case KeyDown, "j":
 		if i >= 0 && i+1 < len(s.snap.Pending) {
-			s.sel = itemKey(s.snap.Pending[i+1])
+			s.sel, s.moved = itemKey(s.snap.Pending[i+1]), time.Time{}
 		}
 		return nil, nil, false
 	}
@@ -93,6 +123,10 @@ func (s *Screen) Key(k string) (it *Item, d *Decision, quit bool) {
 		}
 		if i < 0 {
 			s.msg = "nothing is pending"
+			return nil, nil, false
+		}
+		if !s.moved.IsZero() && s.now().Sub(s.moved) < Settle {
+			s.msg = "not decided: the request you had selected is gone, and " + s.snap.Pending[i].Request.What() + " is selected now; press again to decide it"
 			return nil, nil, false
 		}
 		if kd.d.Scope == Always && !s.snap.Always {
@@ -205,19 +239,23 @@ func Terminal(ctx context.Context, b *Board, in io.Reader, out io.Writer, size f
 				return nil
 			}
 			if d != nil {
-				s.Message(decide(ctx, b, it, *d))
+				msg, ok := decide(ctx, b, it, *d)
+				if ok {
+					s.Decided(*it)
+				}
+				s.Message(msg)
 			}
 		}
 	}
 }
 
 // decide makes the decision and says how it went.
-func decide(ctx context.Context, b *Board, it *Item, d Decision) string {
+func decide(ctx context.Context, b *Board, it *Item, d Decision) (msg string, ok bool) {
 	r := it.Request
 	if err := b.Decide(ctx, r.Project, r.ID, d); err != nil {
-		return "error: " + err.Error()
+		return "error: " + err.Error(), false
 	}
-	return fmt.Sprintf("%s %s: %s", d.Action, r.What(), d.Scope)
+	return fmt.Sprintf("%s %s: %s", d.Action, r.What(), d.Scope), true
 }
 
 // draw writes lines from the top left, clearing what is left of the old.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseKeys(t *testing.T) {
@@ -108,4 +109,58 @@ func TestTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	await("\x1b[?1049l") // the terminal's own screen is back
+}
+
+// TestScreenInFlightKey: when the selected request goes without the user's
+// decision (its timeout), the selection moves to the next, and a key read
+// within Settle of the move decides nothing; after Settle, or once the
+// user selects, it decides the request selected, by its id. A move after
+// the user's own decision is the user's.
+func TestScreenInFlightKey(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := Screen{Now: func() time.Time { return now }}
+	r1, r2, r3 := Item{Request: req("r1", "a.test", 443)}, Item{Request: req("r22", "b.test", 443)}, Item{Request: req("r333", "c.test", 443)}
+	s.Update(Snapshot{Pending: []Item{r1, r2, r3}})
+	if it, _, _ := s.Key("a"); it == nil || it.Request.ID != "r1" {
+		t.Fatalf("a on the first: %+v", it)
+	}
+	// r1 times out as the key is pressed.
+	s.Update(Snapshot{Pending: []Item{r2, r3}})
+	if it, d, _ := s.Key("a"); it != nil || d != nil || !strings.Contains(s.msg, "not decided") || !strings.Contains(s.msg, "b.test:443") {
+		t.Fatalf("a key just after the move: %+v %+v %q, want nothing decided", it, d, s.msg)
+	}
+	now = now.Add(Settle - time.Millisecond)
+	if it, _, _ := s.Key("d"); it != nil {
+		t.Fatalf("a key within Settle of the move decided %s", it.Request.ID)
+	}
+	now = now.Add(time.Millisecond)
+	if it, d, _ := s.Key("d"); it == nil || it.Request.ID != "r22" || *d != (Decision{Action: Deny, Scope: Once}) {
+		t.Fatalf("d after Settle: %+v %+v", it, d)
+	}
+	// The list empties under the selection, and a request comes: still
+	// nothing within Settle.
+	s.Update(Snapshot{})
+	s.Update(Snapshot{Pending: []Item{r3}})
+	if it, _, _ := s.Key("a"); it != nil {
+		t.Fatalf("a key just after the list changed decided %s", it.Request.ID)
+	}
+	// The user's own decision moves the selection on: no wait.
+	now = now.Add(Settle)
+	it, _, _ := s.Key("a")
+	if it == nil || it.Request.ID != "r333" {
+		t.Fatalf("a on r333: %+v", it)
+	}
+	s.Decided(*it)
+	s.Update(Snapshot{Pending: []Item{r1, r2}})
+	if it, _, _ := s.Key("a"); it == nil || it.Request.ID != "r1" {
+		t.Fatalf("a after the user's own decision: %+v", it)
+	}
+	// Selecting is the user's doing too.
+	s.Update(Snapshot{Pending: []Item{r2}}) // r1 went by timeout
+	s.Update(Snapshot{Pending: []Item{r2, r3}})
+	s.Key(KeyDown)
+	if it, _, _ := s.Key("a"); it == nil || it.Request.ID != "r333" {
+		t.Fatalf("a after the user selected: %+v", it)
+	}
 }

@@ -16,12 +16,7 @@ import (
 // serve runs b on a socket in a fresh ask directory under XDG_RUNTIME_DIR.
 func serve(t *testing.T, b *Broker) Sandbox {
 	t.Helper()
-	rt, err := os.MkdirTemp("", "ask") // short: a unix socket path has 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	t.Setenv("XDG_RUNTIME_DIR", rt)
+	runtimeDir(t)
 	base, err := BaseDir()
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,9 @@ import (
 
 // Broker is the gateway's side: it holds the pending requests, merges those
 // for the same host and port, and serves the socket's endpoints. A request
-// is denied at once when no approver is attached (no open watch), or when
-// Cap requests already wait; otherwise it waits for a decision or Timeout.
+// is denied at once when no approver is attached (no open watch) nor on its
+// way (Expect), or when Cap requests already wait; otherwise it waits for a
+// decision or Timeout.
 type Broker struct {
 	Project, Workspace string
 	// Timeout is how long a request waits for a decision; then it is
@@ -26,6 +27,10 @@ type Broker struct {
 	// Prefix starts the ID of each request, so that the IDs of two brokers
 	// of a sandbox (the gateway's, the launcher's "a") never meet.
 	Prefix string
+	// Expect reports whether an approver is on its way: one holds the
+	// sandbox (Held) and has yet to attach. A request that finds no watch
+	// attached then waits for it, as long as Expect says so; nil: never.
+	Expect func() bool
 
 	mu       sync.Mutex
 	next     int
@@ -55,6 +60,7 @@ type pending struct {
 	done      chan struct{}
 	decision  Decision
 	decidedBy string
+	why       string
 }
 
 // DefaultCap is Broker.Cap when it is 0.
@@ -78,9 +84,10 @@ func (b *Broker) Ask(ctx context.Context, req Request) Outcome {
 	k := keyOf(req, b.next+1)
 	p, ok := b.pending[k]
 	if !ok {
-		if len(b.watchers) == 0 {
+		awaited := len(b.watchers) == 0
+		if awaited && !b.expected() {
 			b.mu.Unlock()
-			return Outcome{Decision{Deny, ScopeOnce}, ByNoApprover, "no approver is attached (run `propio-sandbox requests --watch`, `approve` or `ui`)"}
+			return Outcome{Decision{Deny, ScopeOnce}, ByNoApprover, noApprover}
 		}
 		if len(b.pending) >= b.cap() {
 			b.mu.Unlock()
@@ -99,15 +106,54 @@ func (b *Broker) Ask(ctx context.Context, req Request) Outcome {
 		}
 		b.pending[k] = p
 		b.broadcast(Event{Type: EventPending, Request: p.req})
-		timer := time.AfterFunc(b.Timeout, func() { b.settle(p, Decision{Deny, ScopeOnce}, ByTimeout) })
+		timer := time.AfterFunc(b.Timeout, func() { b.settle(p, Decision{Deny, ScopeOnce}, ByTimeout, "") })
 		go func() { <-p.done; timer.Stop() }()
+		if awaited {
+			go b.await(p)
+		}
 	}
 	b.mu.Unlock()
 	select {
 	case <-p.done:
-		return Outcome{Decision: p.decision, DecidedBy: p.decidedBy}
+		return Outcome{Decision: p.decision, DecidedBy: p.decidedBy, Why: p.why}
 	case <-ctx.Done():
 		return Outcome{Decision{Deny, ScopeOnce}, "", "the connection ended before a decision"}
+	}
+}
+
+// noApprover says why a request is denied when no approver is attached.
+const noApprover = "no approver is attached (run `propio-sandbox requests --watch`, `approve` or `ui`)"
+
+// expected reports whether an approver is on its way; b.mu is held.
+func (b *Broker) expected() bool { return b.Expect != nil && b.Expect() }
+
+// awaitEvery is how often a request held for an approver on its way looks
+// whether it still is.
+const awaitEvery = 200 * time.Millisecond
+
+// await denies p, held for an approver on its way, when none is any more
+// (it went before it attached), unless a watch has attached or p is
+// decided first.
+func (b *Broker) await(p *pending) {
+	t := time.NewTicker(awaitEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		gone := len(b.watchers) == 0 && !b.expected()
+		attached := len(b.watchers) > 0
+		b.mu.Unlock()
+		switch {
+		case attached:
+			return
+		case gone:
+			b.settle(p, Decision{Deny, ScopeOnce}, ByNoApprover, noApprover)
+			return
+		}
 	}
 }
 
@@ -126,14 +172,14 @@ func (b *Broker) now() time.Time {
 }
 
 // settle decides p unless it is decided already; it reports whether it did.
-func (b *Broker) settle(p *pending, d Decision, by string) bool {
+func (b *Broker) settle(p *pending, d Decision, by, why string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.pending[p.key] != p {
 		return false
 	}
 	delete(b.pending, p.key)
-	p.decision, p.decidedBy = d, by
+	p.decision, p.decidedBy, p.why = d, by, why
 	close(p.done)
 	b.broadcast(Event{Type: EventDecided, Request: p.req, Decision: &d, DecidedBy: by})
 	return true
@@ -153,7 +199,7 @@ func (b *Broker) Decide(id string, d Decision) error {
 		}
 	}
 	b.mu.Unlock()
-	if p == nil || !b.settle(p, d, ByUser) {
+	if p == nil || !b.settle(p, d, ByUser, "") {
 		return ErrGone
 	}
 	return nil

@@ -106,6 +106,12 @@ func (s Sandbox) sockets() []string {
 	return names
 }
 
+// exists reports whether the sandbox's ask directory is still there.
+func (s Sandbox) exists() bool {
+	_, err := os.Stat(filepath.Join(s.Dir, SandboxFile))
+	return err == nil
+}
+
 // live reports whether something serves one of the sandbox's sockets.
 func (s Sandbox) live() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -123,21 +129,53 @@ func (s Sandbox) live() bool {
 // 108 bytes with the final NUL).
 const maxSocketPath = 107
 
-// dial connects to the sandbox's socket name. A path too long for a socket
-// address (a deep $XDG_STATE_HOME) is reached through the directory's file
-// descriptor, /proc/self/fd/N/NAME, where there is a /proc.
+// dial connects to the sandbox's socket name.
 func (s Sandbox) dial(ctx context.Context, name string) (net.Conn, error) {
+	return dialIn(ctx, s.Dir, name)
+}
+
+// dialIn connects to the unix socket name in dir. A path too long for a
+// socket address (a deep $XDG_STATE_HOME) is reached through the
+// directory's file descriptor, /proc/self/fd/N/NAME, where there is a /proc.
+func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
 	var d net.Dialer
-	sock := filepath.Join(s.Dir, name)
+	sock := filepath.Join(dir, name)
 	if len(sock) <= maxSocketPath {
 		return d.DialContext(ctx, "unix", sock)
 	}
-	dir, err := os.Open(s.Dir)
+	f, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer dir.Close()
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name))
+	defer f.Close()
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", f.Fd(), name))
+}
+
+// Listen listens on the unix socket name in dir, with mode perm; a socket
+// of that name left there is replaced. A path too long for a socket
+// address is reached as dialIn does.
+func Listen(dir, name string, perm os.FileMode) (net.Listener, error) {
+	path := filepath.Join(dir, name)
+	os.Remove(path)
+	addr := path
+	if len(path) > maxSocketPath {
+		d, err := os.Open(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
+	}
+	l, err := net.Listen("unix", addr)
+	if err != nil {
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(path, perm); err != nil {
+		l.Close()
+		return nil, errors.Join(err, os.Remove(path))
+	}
+	return l, nil
 }
 
 // client speaks HTTP to the sandbox's socket name.
@@ -222,9 +260,10 @@ const rescan = 250 * time.Millisecond
 // WatchAttached is Watch that calls attached (when not nil) once every
 // server of the sandbox (each socket of its ask directory) counts it as an
 // approver, before any event. It watches each socket, and those that
-// appear while it runs; calls of fn are never concurrent. It ends when ctx
-// does (nil), or when a server it watched goes away, or the ask directory
-// does (an error: the sandbox ends).
+// appear while it runs (a sandbox announced before it starts has none
+// yet); calls of fn are never concurrent. It ends when ctx does (nil), or
+// when a server it watched goes away, or the ask directory does (an error:
+// the sandbox ends).
 func (s Sandbox) WatchAttached(ctx context.Context, attached func(), fn func(Event)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -241,7 +280,7 @@ func (s Sandbox) WatchAttached(ctx context.Context, attached func(), fn func(Eve
 	defer tick.Stop()
 	for first := true; ; first = false {
 		names := s.sockets()
-		if len(names) == 0 {
+		if len(names) == 0 && !s.exists() {
 			return fmt.Errorf("watching the requests of %s: the sandbox is gone", s.Project)
 		}
 		var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moby/term"
 	"github.com/propio/propio-sandbox/internal/approver"
+	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/spf13/cobra"
 )
 
@@ -53,15 +54,19 @@ func (a *app) approve(all bool) error {
 	if err != nil {
 		return err
 	}
+	reg := register(e, all, a.stderr) // before the terminal is the UI's
 	state, err := term.MakeRaw(in.Fd())
 	if err != nil {
+		if reg != nil {
+			reg.Close()
+		}
 		return err
 	}
 	defer term.RestoreTerminal(in.Fd(), state)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	board := newBoard(e, all, "approve")
-	defer runBoard(ctx, board)()
+	defer runBoard(ctx, board, reg)()
 	size := func() (int, int) {
 		if ws, err := term.GetWinsize(out.Fd()); err == nil {
 			return int(ws.Width), int(ws.Height)
@@ -81,7 +86,7 @@ func newBoard(e env, all bool, by string) *approver.Board {
 		sbs, err := approver.Find(e.workspace, all)
 		return approver.Targets(sbs), err
 	}
-	return approver.NewBoard(find, grantAlways(e, by), time.Second)
+	return approver.NewBoard(find, grantAlways(e, by), rescan(time.Second))
 }
 
 // grantAlways saves an "always" decision of the frontend by in the user's
@@ -93,11 +98,27 @@ func grantAlways(e env, by string) approver.Granter {
 }
 
 // runBoard runs board until the function it returns is called, which waits
-// for it to end.
-func runBoard(ctx context.Context, board *approver.Board) func() {
+// for it to end; with reg (which may be nil), the sandboxes announced to
+// it are served from their first instant, and it is closed at the end.
+func runBoard(ctx context.Context, board *approver.Board, reg *ask.Registration) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); board.Run(ctx) }()
-	return func() { cancel(); wg.Wait() }
+	if reg != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reg.Serve(ctx, func(ctx context.Context, s ask.Sandbox) {
+				board.Serve(ctx, approver.Targets([]ask.Sandbox{s})[0])
+			})
+		}()
+	}
+	return func() {
+		cancel()
+		if reg != nil {
+			reg.Close()
+		}
+		wg.Wait()
+	}
 }

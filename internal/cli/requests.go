@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -96,52 +95,43 @@ func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) err
 // agent's request asks for.
 func destination(r ask.Request) string { return r.What() }
 
-// watchRequests attaches to every sandbox f serves, as they start, and
-// prints their events until ctx ends.
+// watchRequests attaches to every sandbox f serves, those running and,
+// from their first instant, those that start, and prints their events
+// until ctx ends. It says once, on status, that it is attached.
 func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON bool) error {
-	var mu sync.Mutex
+	e, err := loadEnv()
+	if err != nil {
+		return err
+	}
 	print := func(ev ask.Event) {
-		mu.Lock()
-		defer mu.Unlock()
 		if asJSON {
 			_ = json.NewEncoder(w).Encode(ev)
 			return
 		}
 		fmt.Fprintln(w, eventLine(ev))
 	}
-	watching := map[string]bool{}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		sbs, err := f.sandboxes()
-		if err != nil {
-			return err
-		}
-		mu.Lock() // watching is shared with the watches, which end with their sandbox
-		for _, s := range sbs {
-			if watching[s.Dir] {
-				continue
-			}
-			watching[s.Dir] = true
-			go func() {
-				attached := func() {
-					mu.Lock()
-					defer mu.Unlock()
-					fmt.Fprintf(status, "%s: approving the requests of %s (%s)\n", name, s.Project, s.Workspace)
-				}
-				_ = s.WatchAttached(ctx, attached, print)
-				mu.Lock()
-				delete(watching, s.Dir)
-				mu.Unlock()
-			}()
-		}
-		mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	ready := func() {
+		fmt.Fprintf(status, "%s: approving the requests of %s as they come, from each sandbox's start; Ctrl-C stops\n", name, served(e, f.all))
 	}
+	reg := register(e, f.all, status)
+	if reg != nil {
+		defer reg.Close()
+	}
+	return ask.Follow(ctx, e.workspace, f.all, reg, rescan(500*time.Millisecond), ready, print)
+}
+
+// register registers this command as an approver of the sandboxes of e's
+// workspace (every one of the user's, with all), so that each sandbox that
+// starts is announced to it before it starts. Failing that, it warns: a
+// sandbox that starts is found within a second, and what it asks before is
+// denied.
+func register(e env, all bool, status io.Writer) *ask.Registration {
+	reg, err := ask.Register(e.workspace, all)
+	if err != nil {
+		fmt.Fprintf(status, "%s: warning: %v; a sandbox that starts now is found within a second, and what it asks before that is denied\n", name, err)
+		return nil
+	}
+	return reg
 }
 
 // eventLine is an event as watch prints it.

@@ -45,7 +45,7 @@ func (a *app) ui(all, noOpen bool) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	defer runBoard(ctx, board)()
+	defer runBoard(ctx, board, register(e, all, a.stderr))()
 	fmt.Fprintln(a.stdout, web.URL())
 	fmt.Fprintf(a.stderr, "%s: the requests of %s are on the page above, live; Ctrl-C stops it\n", name, served(e, all))
 	if !noOpen {

@@ -21,7 +21,9 @@ func serveAsk(cfg *gateway.Config, o Options) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: reading the ask directory: %w", err)
 	}
-	b := &ask.Broker{Project: s.Project, Workspace: s.Workspace, Timeout: o.AskTimeout}
+	// An approver that holds the sandbox is on its way: a request waits
+	// for it.
+	b := &ask.Broker{Project: s.Project, Workspace: s.Workspace, Timeout: o.AskTimeout, Expect: func() bool { return ask.Held(o.Ask) }}
 	if b.Timeout <= 0 {
 		return nil, errors.New("gateway: --ask-timeout must be a positive duration")
 	}

@@ -3,9 +3,9 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +22,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/decisionlog"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"golang.org/x/net/netutil"
 )
 
 // AgentServer is the launcher's side of the requests the agent makes from
@@ -43,6 +44,7 @@ type AgentServer struct {
 	// both exist.
 	AgentDir, AskDir string
 
+	limits  agentLimits // zero: defaultAgentLimits
 	ctx     context.Context
 	cancel  context.CancelFunc
 	servers []*http.Server
@@ -51,6 +53,28 @@ type AgentServer struct {
 
 // maxAgentBody bounds an agent's request.
 const maxAgentBody = 64 << 10
+
+// agentLimits bound the agent's socket, which is the agent's to flood: at
+// most conns connections at once (the rest wait in the socket's backlog,
+// costing the launcher no descriptor), each given header for its header,
+// read for the whole request and idle between two requests. A request
+// waiting for a decision holds its connection, and the broker denies past
+// its cap (ask.DefaultCap), well below conns.
+type agentLimits struct {
+	conns              int
+	header, read, idle time.Duration
+}
+
+var defaultAgentLimits = agentLimits{conns: 64, header: 5 * time.Second, read: 10 * time.Second, idle: 30 * time.Second}
+
+// maxAgentHeader bounds an agent's request's header.
+const maxAgentHeader = 16 << 10
+
+// quiet is the error log of the launcher's servers: what a server would
+// log (an accept that failed, a client that went away) is the agent's
+// doing, and never reaches the user's terminal, which the launcher shares
+// with the agent.
+var quiet = log.New(io.Discard, "", 0)
 
 // Start listens on both sockets and serves them until Close. Requests are
 // carried out with ctx (the sandbox's).
@@ -65,21 +89,32 @@ func (a *AgentServer) Start(ctx context.Context) error {
 		agent.Close()
 		return fmt.Errorf("serving the agent's requests to approvers: %w", err)
 	}
+	lim := a.limits
+	if lim == (agentLimits{}) {
+		lim = defaultAgentLimits
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/requests", a.serveAgent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusNotFound, ask.Answer{Decision: ask.Deny, DecidedBy: ask.ByRule, Error: "POST a request to /v1/requests"})
 	})
 	for _, s := range []struct {
-		l net.Listener
-		h http.Handler
-	}{{agent, mux}, {launcher, a.Broker.Handler()}} {
-		srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
-		a.servers = append(a.servers, srv)
+		l   net.Listener
+		srv *http.Server
+	}{
+		{netutil.LimitListener(agent, lim.conns), &http.Server{
+			Handler: mux, ReadHeaderTimeout: lim.header, ReadTimeout: lim.read,
+			IdleTimeout: lim.idle, MaxHeaderBytes: maxAgentHeader, ErrorLog: quiet,
+		}},
+		// The approvers' socket is the user's: a watch is held for as
+		// long as an approver runs.
+		{launcher, &http.Server{Handler: a.Broker.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: quiet}},
+	} {
+		a.servers = append(a.servers, s.srv)
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			_ = srv.Serve(s.l)
+			_ = s.srv.Serve(s.l)
 		}()
 	}
 	return nil
@@ -178,33 +213,6 @@ func answer(w http.ResponseWriter, status int, a ask.Answer) {
 	_ = json.NewEncoder(w).Encode(a)
 }
 
-// listenUnix listens on the unix socket name in dir, with mode perm. A path
-// too long for a socket address is reached through the directory's file
-// descriptor (/proc/self/fd/N/NAME).
-func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
-	path := filepath.Join(dir, name)
-	os.Remove(path)
-	addr := path
-	if len(path) > 107 {
-		d, err := os.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
-	}
-	l, err := net.Listen("unix", addr)
-	if err != nil {
-		return nil, err
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chmod(path, perm); err != nil {
-		l.Close()
-		return nil, errors.Join(err, os.Remove(path))
-	}
-	return l, nil
-}
-
 // serveAgentRequests serves the agent's requests of the sandbox project,
 // when its profile lets the agent make any, until the returned stop is
 // called: it makes the agent's directory (and the ask directory, when the
@@ -256,7 +264,8 @@ func (s *launch) serveAgentRequests(ctx context.Context, proj *types.Project, po
 	srv := &AgentServer{
 		Kinds:    s.Profile.AgentRequests,
 		Handlers: s.requestHandlers(proj, ports, generator.AskDir(askBase, project)),
-		Broker:   &ask.Broker{Project: project, Workspace: s.Env.Workspace, Timeout: time.Duration(s.Profile.Network.AskTimeoutOrDefault()), Prefix: "a"},
+		Broker: &ask.Broker{Project: project, Workspace: s.Env.Workspace, Timeout: time.Duration(s.Profile.Network.AskTimeoutOrDefault()), Prefix: "a",
+			Expect: func() bool { return ask.Held(generator.AskDir(askBase, project)) }},
 		Log:      log,
 		AgentDir: agentDir,
 		AskDir:   generator.AskDir(askBase, project),
@@ -296,4 +305,28 @@ func (s *launch) requestHandlers(proj *types.Project, ports *Ports, askDir strin
 		hs.Resolve(ask.KindMount, m.Resolve)
 	}
 	return hs
+}
+
+// listenUnix listens on the unix socket name in dir, with mode perm
+// (ask.Listen).
+func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
+	return ask.Listen(dir, name, perm)
+}
+
+// announce announces the sandbox project, when it can ask (it has an ask
+// directory), to the approvers attached to its workspace before it starts:
+// each holds it, so that what it asks in its first instant waits for them
+// rather than being denied for want of an approver. The function returned
+// ends the announcements, once the sandbox has ended.
+func announce(project string) (hangup func()) {
+	base, err := ask.BaseDir()
+	if err != nil {
+		return func() {}
+	}
+	sb, err := ask.Open(generator.AskDir(base, project))
+	if err != nil {
+		return func() {} // it asks nothing
+	}
+	_, hangup = ask.Announce(sb)
+	return hangup
 }

@@ -32,6 +32,13 @@ type agentFixture struct {
 
 func newAgentFixture(t *testing.T, kinds ...string) *agentFixture {
 	t.Helper()
+	return newLimitedAgentFixture(t, agentLimits{}, kinds...)
+}
+
+// newLimitedAgentFixture is newAgentFixture with the agent's socket bounded
+// by lim (zero: the defaults).
+func newLimitedAgentFixture(t *testing.T, lim agentLimits, kinds ...string) *agentFixture {
+	t.Helper()
 	dir := t.TempDir()
 	askDir, err := ask.Make(filepath.Join(dir, "ask"), "p1", "/w")
 	if err != nil {
@@ -56,7 +63,7 @@ func newAgentFixture(t *testing.T, kinds ...string) *agentFixture {
 	hs.Register(ask.KindResources, z.Handle)
 	hs.Check(ask.KindResources, z.Check)
 	f.srv = &AgentServer{Kinds: kinds, Handlers: hs, Log: log, AgentDir: agentDir, AskDir: askDir,
-		Broker: &ask.Broker{Project: "p1", Workspace: "/w", Timeout: 5 * time.Second, Prefix: "a"}}
+		Broker: &ask.Broker{Project: "p1", Workspace: "/w", Timeout: 5 * time.Second, Prefix: "a"}, limits: lim}
 	if err := f.srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -493,6 +493,7 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 		}
 		return 0, err
 	}
+	hangup := announce(project.Name)
 	stopHook := serveTestRequests(map[string]func(context.Context, ask.Request) (map[string]any, error){"port": ports.Handle})
 	var handBroker func(context.Context) error
 	if s.broker != nil {
@@ -522,6 +523,7 @@ func (s *launch) runProject(ctx context.Context, project *types.Project, lookup 
 	if s.engineGone = errors.As(err, &gone); s.engineGone && s.adopted != nil {
 		gone.also(s.adopted.spare) // its keeper's gateway and networks, left too
 	}
+	hangup()
 	stopHook()
 	stopRequests()
 	if werr := s.mounts.FinishWrites(s.report); werr != nil {

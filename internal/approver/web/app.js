@@ -61,6 +61,8 @@ const choices = [
   ["deny", "always", "Deny always"],
 ];
 
+// decide posts the decision for req, the request the button was drawn
+// for: its id, never whichever request is at that place now.
 async function decide(req, action, scope, li) {
   for (const b of li.querySelectorAll("button")) b.disabled = true;
   try {
@@ -73,7 +75,7 @@ async function decide(req, action, scope, li) {
   } catch (e) {
     showError(String(e));
   }
-  for (const b of li.querySelectorAll("button")) b.disabled = false;
+  if (!li.classList.contains("gone")) for (const b of li.querySelectorAll("button")) b.disabled = false;
   refreshLogs();
 }
 
@@ -82,28 +84,70 @@ function showError(msg) {
   $("error").hidden = !msg;
 }
 
+// The pending list never moves under the pointer: a request's entry is
+// drawn once and kept in its place; one that is no longer pending (its
+// timeout, or another approver, decided it) stays where it was, its
+// buttons disabled, while the pointer or the focus is in the list, and
+// goes when they leave it. New requests are added at the end. So a click
+// in flight as the list changes lands on the request it was aimed at, or
+// on a disabled button: it never decides the request that took its place.
+const rows = new Map(); // project/id -> {li, gone}
+
+function pendingRow(s, r) {
+  const li = el("li", { class: "request", "data-id": r.id, "data-sandbox": r.project });
+  li.append(
+    el("div", { class: "dest mono" }, what(r)),
+    el("div", { class: "meta" }, `${r.kind} via ${r.via} · sandbox ${r.project} · ${r.reason} · asked at ${clock(r.created)}`),
+  );
+  const buttons = el("div", { class: "buttons" });
+  for (const [action, scope, label] of choices) {
+    if (scope === "always" && (!s.always || (r.kind && r.kind !== "network"))) continue; // an agent's request is decided for itself
+    const b = el("button", { class: action + (scope === "run" && action === "allow" ? " primary" : ""), "data-action": action, "data-scope": scope, type: "button" }, label);
+    b.addEventListener("click", () => decide(r, action, scope, li));
+    buttons.append(b);
+  }
+  li.append(buttons);
+  return li;
+}
+
+function holding() {
+  const ul = $("pending");
+  return ul.matches(":hover") || ul.contains(document.activeElement);
+}
+
 function renderPending(s) {
   const ul = $("pending");
-  ul.replaceChildren();
+  const now = new Set();
   for (const it of s.pending) {
-    const r = it.request;
-    const li = el("li", { class: "request", "data-id": r.id, "data-sandbox": r.project });
-    li.append(
-      el("div", { class: "dest mono" }, what(r)),
-      el("div", { class: "meta" }, `${r.kind} via ${r.via} · sandbox ${r.project} · ${r.reason} · asked at ${clock(r.created)}`),
-    );
-    const buttons = el("div", { class: "buttons" });
-    for (const [action, scope, label] of choices) {
-      if (scope === "always" && (!s.always || (r.kind && r.kind !== "network"))) continue; // an agent's request is decided for itself
-      const b = el("button", { class: action + (scope === "run" && action === "allow" ? " primary" : ""), "data-action": action, "data-scope": scope, type: "button" }, label);
-      b.addEventListener("click", () => decide(r, action, scope, li));
-      buttons.append(b);
+    const r = it.request, k = r.project + "/" + r.id;
+    now.add(k);
+    if (!rows.has(k)) {
+      const li = pendingRow(s, r);
+      rows.set(k, { li, gone: false });
+      ul.append(li);
     }
-    li.append(buttons);
-    ul.append(li);
+  }
+  const hold = holding();
+  for (const [k, row] of rows) {
+    if (now.has(k)) continue;
+    if (!hold) {
+      row.li.remove();
+      rows.delete(k);
+    } else if (!row.gone) {
+      row.gone = true;
+      row.li.classList.add("gone");
+      for (const b of row.li.querySelectorAll("button")) b.disabled = true;
+      row.li.append(el("div", { class: "meta" }, "no longer pending"));
+    }
   }
   $("pending-count").textContent = String(s.pending.length);
   $("pending-empty").hidden = s.pending.length > 0;
+}
+
+// The entries that went are taken away once the pointer and the focus
+// have left the list.
+for (const type of ["mouseleave", "focusout"]) {
+  $("pending").addEventListener(type, () => setTimeout(() => { if (state && !holding()) renderPending(state); }, 0));
 }
 
 function renderDecided(s) {
