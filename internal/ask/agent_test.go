@@ -2,9 +2,11 @@ package ask
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,6 +89,37 @@ func TestParseAgentAsk(t *testing.T) {
 	} {
 		if _, err := ParseAgentAsk([]byte(body)); (err == nil) != ok {
 			t.Errorf("%s: %v", body, err)
+		}
+	}
+}
+
+// A reason, a source or a target that holds a character a terminal acts
+// on is refused, with the field named; JSON carries every one of them.
+func TestParseAgentAskRefusesControls(t *testing.T) {
+	var rs []rune
+	for r := rune(0); r < 0x20; r++ {
+		rs = append(rs, r)
+	}
+	rs = append(rs, 0x7f)
+	for r := rune(0x80); r <= 0x9f; r++ {
+		rs = append(rs, r)
+	}
+	rs = append(rs, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069)
+	for _, r := range rs {
+		c := string(r)
+		for field, a := range map[string]AgentAsk{
+			"reason":       {Kind: KindPort, Port: 3000, Reason: "preview" + c},
+			"mount.source": {Kind: KindMount, Reason: "x", Mount: &MountAsk{Source: "/data" + c}},
+			"mount.target": {Kind: KindMount, Reason: "x", Mount: &MountAsk{Source: "/data", Target: "/mnt/" + c + "x"}},
+		} {
+			body, err := json.Marshal(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ParseAgentAsk(body)
+			if err == nil || !strings.Contains(err.Error(), field+" holds") {
+				t.Errorf("%s with %U: %v, want it refused", field, r, err)
+			}
 		}
 	}
 }
