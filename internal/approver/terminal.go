@@ -8,7 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 // keys are the terminal UI's decision keys.
@@ -124,10 +125,10 @@ func (s *Screen) View() []string {
 	if len(names) == 0 {
 		add("propio-sandbox approve: no sandbox that can ask is running here yet; waiting for one")
 	} else {
-		add("propio-sandbox approve: approving for %s", strings.Join(names, ", "))
+		add("propio-sandbox approve: approving for %s", inert(strings.Join(names, ", ")))
 	}
 	if s.snap.Error != "" {
-		add("error: %s", s.snap.Error)
+		add("error: %s", inert(s.snap.Error))
 	}
 	add("")
 	add("Pending (%d)", len(s.snap.Pending))
@@ -136,7 +137,14 @@ func (s *Screen) View() []string {
 		if itemKey(it) == s.sel {
 			mark = "> "
 		}
-		add("%s%-28s %-7s %-18s %s", mark, r.What(), r.Via, r.Project, r.Reason)
+		add("%s%s %-7s %-18s %s", mark, s.what(r, 2, 1+7+1+18+1+24), inert(r.Via), inert(r.Project), inert(r.Reason))
+		what, why := inert(r.What()), inert(r.Reason)
+		if mark == "> " && s.Width > 0 && 2+max(28, termsafe.Width(what))+1+7+1+18+1+termsafe.Width(why) > s.Width {
+			// The request a key decides is shown whole, wrapped.
+			for _, l := range termsafe.Wrap(what+" · "+why, s.Width-4) {
+				add("    %s", l)
+			}
+		}
 	}
 	add("")
 	var legend []string
@@ -147,7 +155,7 @@ func (s *Screen) View() []string {
 	}
 	add("%s · ↑↓ select · q quit", strings.Join(legend, " · "))
 	if s.msg != "" {
-		add("%s", s.msg)
+		add("%s", inert(s.msg))
 	}
 	add("")
 	add("Decided")
@@ -156,7 +164,8 @@ func (s *Screen) View() []string {
 		if it.Decision != nil {
 			d = *it.Decision
 		}
-		add("  %s  %-5s %-6s %-11s %-28s %-7s %s", it.Decided.Local().Format("15:04:05"), d.Action, d.Scope, it.DecidedBy, r.What(), r.Via, r.Project)
+		add("  %s  %-5s %-6s %-11s %s %-7s %s", it.Decided.Local().Format("15:04:05"), d.Action, d.Scope, inert(it.DecidedBy),
+			s.what(r, 2+8+2+5+1+6+1+11+1, 1+7+1+18), inert(r.Via), inert(r.Project))
 	}
 	if s.Height > 0 && len(lines) > s.Height {
 		lines = lines[:s.Height]
@@ -167,13 +176,27 @@ func (s *Screen) View() []string {
 	return lines
 }
 
-// clip cuts l to width characters (0: no limit).
+// what is what r asks for, inert, in a column of at least 28 columns that
+// takes what the line has to spare: before columns are left of it, after
+// are kept for what follows. When it is wider, its beginning is cut, never
+// its end: a name's domain, a path's last elements.
+func (s *Screen) what(r Request, before, after int) string {
+	w := inert(r.What())
+	if s.Width > 0 {
+		w = termsafe.Left(w, max(min(28, s.Width-before), s.Width-before-after))
+	}
+	return termsafe.Pad(w, 28)
+}
+
+// inert is s as a terminal shows it without acting on it.
+func inert(s string) string { return termsafe.Inert(s) }
+
+// clip cuts l to width columns (0: no limit), marking the cut.
 func clip(l string, width int) string {
-	if width <= 0 || utf8.RuneCountInString(l) <= width {
+	if width <= 0 {
 		return l
 	}
-	r := []rune(l)
-	return string(r[:width])
+	return termsafe.Right(l, width)
 }
 
 // Terminal runs the terminal UI on a terminal in raw mode (in, out) until

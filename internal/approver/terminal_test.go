@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 func TestParseKeys(t *testing.T) {
@@ -108,4 +111,54 @@ func TestTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	await("\x1b[?1049l") // the terminal's own screen is back
+}
+
+// TestScreenInert: what a sandbox sends (a name, a reason, a mount's
+// target, every control, C1 and bidi character in them) reaches the
+// screen escaped, and a long destination is cut from the left, never
+// losing the end that says where it goes.
+func TestScreenInert(t *testing.T) {
+	t.Parallel()
+	var all strings.Builder
+	for r := rune(0); r < 0x20; r++ {
+		all.WriteRune(r)
+	}
+	all.WriteString("\x7f\x9b\xff")
+	for r := rune(0x80); r <= 0x9f; r++ {
+		all.WriteRune(r)
+	}
+	for _, r := range "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069" {
+		all.WriteRune(r)
+	}
+	long := req("r1", "api.anthropic.com."+strings.Repeat("x", 120)+".evil.test", 443)
+	long.Reason = "\x1b[2JAll clear, nothing pending" + all.String()
+	mount := req("r2", "", 0)
+	mount.Kind, mount.Via = "mount", "agent"
+	mount.Mount = &ask.MountAsk{Source: "/home/u/ws/" + strings.Repeat("data/", 30) + "etc/ssh", Target: "/mnt/\x1b]0;pwned\x07" + all.String()}
+	snap := Snapshot{Sandboxes: []SandboxInfo{{"ws-1", "/ws"}}, Pending: []Item{{Request: long}, {Request: mount}}}
+	snap.Decided = []Item{{Request: long, Decision: &Decision{Action: Deny, Scope: Once}, DecidedBy: "timeout\x1b]52;c;ZXZpbA==\x07"}}
+	s := Screen{Width: 100, Height: 40}
+	s.Update(snap)
+	s.Message("\x1b]0;title\x07")
+	view := s.View()
+	for _, l := range view {
+		if i, c := termsafe.Find(l); i >= 0 {
+			t.Errorf("raw %s reaches the screen: %q", c, l)
+		}
+		if w := termsafe.Width(l); w > 100 {
+			t.Errorf("line of %d columns on a terminal of 100: %q", w, l)
+		}
+	}
+	text := strings.Join(view, "\n")
+	if strings.Count(text, ".evil.test:443 ") != 3 {
+		t.Errorf("the destination's end is cut, in the list, the selected request's lines or the decided:\n%s", text)
+	}
+	if !strings.Contains(text, `\x1b[2JAll clear`) {
+		t.Errorf("the reason is not shown escaped:\n%s", text)
+	}
+	// Selected, the mount is shown whole: its source's end too.
+	s.Key(KeyDown)
+	if text := strings.Join(s.View(), ""); !strings.Contains(text, "data/etc/ssh at /mnt/") {
+		t.Errorf("the selected mount's source is cut:\n%s", strings.Join(s.View(), "\n"))
+	}
 }

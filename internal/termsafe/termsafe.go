@@ -122,3 +122,12 @@ func Right(s string, width int) string {
 
 // Pad fills s with spaces on the right to width columns.
 func Pad(s string, width int) string { return cond.FillRight(s, width) }
+
+// Wrap breaks s into lines of at most width columns, losing nothing; a
+// width of 0 or less gives s as one line.
+func Wrap(s string, width int) []string {
+	if width <= 0 || Width(s) <= width {
+		return []string{s}
+	}
+	return strings.Split(cond.Wrap(s, width), "\n")
+}

@@ -134,3 +134,20 @@ func TestRightAndPad(t *testing.T) {
 		t.Errorf("Pad = %q", got)
 	}
 }
+
+func TestWrap(t *testing.T) {
+	t.Parallel()
+	s := Inert("/home/u/ws/" + strings.Repeat("data/../", 20) + "etc/ssh\x1b")
+	lines := Wrap(s, 30)
+	if strings.Join(lines, "") != s {
+		t.Fatalf("Wrap lost something: %q", lines)
+	}
+	for _, l := range lines {
+		if Width(l) > 30 {
+			t.Errorf("line of %d columns: %q", Width(l), l)
+		}
+	}
+	if got := Wrap("short", 30); len(got) != 1 || got[0] != "short" {
+		t.Errorf("Wrap(short) = %q", got)
+	}
+}
