@@ -44,7 +44,7 @@ state: running (its sandbox is using it), ready (to review and apply) or partial
 				if r.Files != nil {
 					files = strconv.Itoa(*r.Files)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Workspace, r.Profile, r.Created.Local().Format(time.DateTime), files, r.State)
+				tableRow(tw, r.ID, r.Workspace, r.Profile, r.Created.Local().Format(time.DateTime), files, string(r.State))
 			}
 			return tw.Flush()
 		},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -85,7 +86,7 @@ func warnConflicts(a *app, conflicts []string) {
 	}
 	fmt.Fprintf(a.stderr, "%s: warning: %d path%s changed in the original since the run started (apply refuses them without --force):\n", name, n, plural(n))
 	for _, p := range conflicts {
-		fmt.Fprintf(a.stderr, "  %s\n", p)
+		fmt.Fprintf(a.stderr, "  %s\n", termsafe.Inert(p))
 	}
 }
 

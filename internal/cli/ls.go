@@ -92,7 +92,7 @@ func (a *app) lsTable(list []sandbox.Sandbox) error {
 		if s.Why != "" {
 			state += " (" + s.Why + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Project, nm, s.Workspace, s.Profile, launcher, state, s.Created.Format(time.DateTime))
+		tableRow(tw, s.Project, nm, s.Workspace, s.Profile, launcher, state, s.Created.Format(time.DateTime))
 	}
 	return tw.Flush()
 }

@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -87,9 +89,18 @@ func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) err
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPROJECT\tKIND\tVIA\tDESTINATION\tWAITING\tREASON")
 	for _, r := range reqs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Project, r.Kind, r.Via, destination(r), time.Since(r.Created).Round(time.Second), r.Reason)
+		tableRow(tw, r.ID, r.Project, r.Kind, r.Via, destination(r), time.Since(r.Created).Round(time.Second).String(), r.Reason)
 	}
 	return tw.Flush()
+}
+
+// tableRow writes cells as a row of a tabwriter, each made inert: what a
+// sandbox sent can neither act on the terminal nor print a row of its own.
+func tableRow(w io.Writer, cells ...string) {
+	for i, c := range cells {
+		cells[i] = termsafe.Inert(c)
+	}
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
 
 // destination is host:port (the name alone for a lookup), or what an
@@ -107,7 +118,7 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 			_ = json.NewEncoder(w).Encode(ev)
 			return
 		}
-		fmt.Fprintln(w, eventLine(ev))
+		fmt.Fprintln(w, termsafe.Inert(eventLine(ev)))
 	}
 	watching := map[string]bool{}
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -127,7 +138,7 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 				attached := func() {
 					mu.Lock()
 					defer mu.Unlock()
-					fmt.Fprintf(status, "%s: approving the requests of %s (%s)\n", name, s.Project, s.Workspace)
+					fmt.Fprintf(status, "%s: approving the requests of %s (%s)\n", name, termsafe.Inert(s.Project), termsafe.Inert(s.Workspace))
 				}
 				_ = s.WatchAttached(ctx, attached, print)
 				mu.Lock()
