@@ -118,14 +118,15 @@ func ParseAgentAsk(b []byte) (AgentAsk, error) {
 	return a, nil
 }
 
-// inert refuses the words of a that the user is shown when they hold a
-// character a terminal would act on (an escape that clears the screen or
-// writes the clipboard, a bidi control that reorders a path): the frontends
-// show such characters escaped, but the agent has no reason to send them.
+// inert refuses the agent's own words the user is shown, its reason and a
+// mount's target, when they hold a character a terminal would act on (an
+// escape that clears the screen or writes the clipboard, a bidi control
+// that reorders what is read): the agent has no reason to send them. A
+// mount's source names a host path as it is; the frontends show it inert.
 func (a AgentAsk) inert() error {
 	err := termsafe.Check("reason", a.Reason)
 	if a.Mount != nil {
-		err = errors.Join(err, termsafe.Check("mount.source", a.Mount.Source), termsafe.Check("mount.target", a.Mount.Target))
+		err = errors.Join(err, termsafe.Check("mount.target", a.Mount.Target))
 	}
 	return err
 }
