@@ -8,7 +8,8 @@ package e2e
 // (a repository's). The real CLI shows them: requests (listed and
 // --watch), approve in tmux, ls, logs, changes and diff. No raw control
 // byte reaches their output: the approve pane keeps its title, no OSC 52
-// reaches tmux's clipboard, and a long destination keeps its end.
+// reaches tmux's clipboard, and a long destination keeps its end. The page
+// of ui, in Chromium, shows them escaped too.
 
 import (
 	"context"
@@ -194,6 +195,18 @@ func TestTerminalEscapes(t *testing.T) {
 			raw = strings.ReplaceAll(raw, own, "\n")
 		}
 		assertInert(t, "approve (its raw output, less its own sequences)", raw)
+	})
+
+	t.Run("ui in chromium", func(t *testing.T) {
+		// The page puts data in as text; it shows the controls escaped too,
+		// so that a bidi control cannot reorder a path there either.
+		url := uiStart(t, s)
+		c := startChromium(t, 1100, 760)
+		if status := c.navigate(url); status != 200 {
+			t.Fatalf("the page: %d", status)
+		}
+		c.awaitSelector(`li.request[data-id="a1"] .dest`, `\x1b[2JAll clear, nothing pending\x1b]0;pwned\a`, 30*time.Second)
+		c.awaitSelector(`li.request[data-id="a1"] .dest`, `\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069/fixtures`, 30*time.Second)
 	})
 
 	t.Run("refused at the socket", func(t *testing.T) {
