@@ -6,10 +6,10 @@ package e2e
 // mount's source, a reason, a target, the names it looks up, the names of
 // the files it writes to a changeset, the path of the profile it runs with
 // (a repository's). The real CLI shows them: requests (listed and
-// --watch), approve in tmux, ls, logs, changes and diff. No raw control
-// byte reaches their output: the approve pane keeps its title, no OSC 52
-// reaches tmux's clipboard, and a long destination keeps its end. The page
-// of ui, in Chromium, shows them escaped too.
+// --watch), approve in tmux, ls, logs, changes and diff, and the --json of
+// each. No raw control byte reaches their output: the approve pane keeps
+// its title, no OSC 52 reaches tmux's clipboard, and a long destination
+// keeps its end. The page of ui, in Chromium, shows them escaped too.
 
 import (
 	"context"
@@ -233,10 +233,16 @@ func TestTerminalEscapes(t *testing.T) {
 			t.Fatalf("ls does not show the profile's path escaped:\n%s", res)
 		}
 		assertInert(t, "ls", res.Stdout+res.Stderr)
+		res = s.Run("", "ls", "--json")
+		if res.Code != 0 {
+			t.Fatalf("ls --json:\n%s", res)
+		}
+		assertInert(t, "ls --json", res.Stdout+res.Stderr)
 	})
 
 	t.Run("decided", func(t *testing.T) {
 		res := s.Run("", "requests", "--json")
+		assertInert(t, "requests --json", res.Stdout+res.Stderr)
 		var reqs []ask.Request
 		if err := json.Unmarshal([]byte(res.Stdout), &reqs); err != nil || len(reqs) != 2 {
 			t.Fatalf("requests --json: %v\n%s", err, res)
@@ -264,6 +270,8 @@ func TestTerminalEscapes(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		assertInert(t, "logs", res.Stdout+res.Stderr)
+		res = s.Run("", "logs", "--json")
+		assertInert(t, "logs --json", res.Stdout+res.Stderr)
 	})
 
 	stopWatch()
@@ -281,7 +289,7 @@ func TestTerminalEscapes(t *testing.T) {
 			t.Fatalf("the changeset's run:\n%s", run)
 		}
 		assertInert(t, "run --changeset", run.Stdout+run.Stderr)
-		for _, args := range [][]string{{"changes"}, {"diff", "--stat"}, {"diff"}} {
+		for _, args := range [][]string{{"changes"}, {"changes", "--json"}, {"diff", "--stat"}, {"diff"}, {"diff", "--json"}} {
 			res := s.Run("", args...)
 			if res.Code != 0 {
 				t.Fatalf("%s:\n%s", strings.Join(args, " "), res)

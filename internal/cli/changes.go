@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -29,7 +30,7 @@ state: running (its sandbox is using it), ready (to review and apply) or partial
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.stdout)
+				enc := json.NewEncoder(termsafe.JSON(a.stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}

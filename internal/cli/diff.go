@@ -63,7 +63,7 @@ func (a *app) diff(args []string, stat, asJSON bool) error {
 	}
 	switch {
 	case asJSON:
-		enc := json.NewEncoder(a.stdout)
+		enc := json.NewEncoder(termsafe.JSON(a.stdout))
 		enc.SetIndent("", "  ")
 		return enc.Encode(d.Report())
 	case stat:

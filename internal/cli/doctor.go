@@ -148,7 +148,7 @@ func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.R
 // printDoctor prints doctor's report: a table and the warnings, or JSON.
 func (a *app) printDoctor(rep doctorReport, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
+		enc := json.NewEncoder(termsafe.JSON(a.stdout))
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}

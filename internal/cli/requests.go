@@ -82,7 +82,7 @@ func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) err
 		reqs = append(reqs, rs...)
 	}
 	if asJSON {
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(termsafe.JSON(w))
 		enc.SetIndent("", "  ")
 		return enc.Encode(reqs)
 	}
@@ -115,7 +115,7 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 		mu.Lock()
 		defer mu.Unlock()
 		if asJSON {
-			_ = json.NewEncoder(w).Encode(ev)
+			_ = json.NewEncoder(termsafe.JSON(w)).Encode(ev)
 			return
 		}
 		fmt.Fprintln(w, termsafe.Inert(eventLine(ev)))

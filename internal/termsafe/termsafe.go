@@ -15,9 +15,11 @@ package termsafe
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/mattn/go-runewidth"
@@ -130,4 +132,33 @@ func Wrap(s string, width int) []string {
 		return []string{s}
 	}
 	return strings.Split(cond.Wrap(s, width), "\n")
+}
+
+// JSON returns a writer to w for JSON documents each written whole (as a
+// json.Encoder writes them): the characters Unsafe reports that
+// encoding/json leaves as they are (DEL, the C1 controls, the format and
+// separator characters) are written as \u escapes, which decode to the same
+// strings. (encoding/json escapes the C0 controls itself; the newlines and
+// indentation between values are left as they are.)
+func JSON(w io.Writer) io.Writer { return jsonWriter{w} }
+
+type jsonWriter struct{ w io.Writer }
+
+func (j jsonWriter) Write(p []byte) (int, error) {
+	var b []byte
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRune(p[i:])
+		if r < utf8.RuneSelf && r != 0x7f || !Unsafe(r) {
+			b = append(b, p[i:i+n]...)
+		} else {
+			for _, u := range utf16.Encode([]rune{r}) {
+				b = fmt.Appendf(b, `\u%04x`, u)
+			}
+		}
+		i += n
+	}
+	if _, err := j.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

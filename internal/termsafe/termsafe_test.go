@@ -1,6 +1,8 @@
 package termsafe
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -149,5 +151,30 @@ func TestWrap(t *testing.T) {
 	}
 	if got := Wrap("short", 30); len(got) != 1 || got[0] != "short" {
 		t.Errorf("Wrap(short) = %q", got)
+	}
+}
+
+// JSON's output holds no raw control and decodes to the same strings.
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	var in strings.Builder
+	for _, r := range controls() {
+		in.WriteRune(r)
+	}
+	in.WriteString("\u200b\U000e0001 ok 日本")
+	var buf bytes.Buffer
+	enc := json.NewEncoder(JSON(&buf))
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(map[string]string{"reason": in.String()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if i, c := Find(l); i >= 0 {
+			t.Errorf("raw %s in %q", c, l)
+		}
+	}
+	var back map[string]string
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || back["reason"] != in.String() {
+		t.Fatalf("decoded %q, %v; want %q", back["reason"], err, in.String())
 	}
 }
