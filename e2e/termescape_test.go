@@ -6,8 +6,8 @@ package e2e
 // mount's source, a reason, a target, the names it looks up, the names of
 // the files it writes to a changeset, the path of the profile it runs with
 // (a repository's). The real CLI shows them: requests (listed and
-// --watch), approve in tmux, ls, logs, changes and diff, and the --json of
-// each. No raw control byte reaches their output: the approve pane keeps
+// --watch), approve in tmux, deny, ls, logs, changes and diff, and the
+// --json of each. No raw control byte reaches their output: the approve pane keeps
 // its title, no OSC 52 reaches tmux's clipboard, and a long destination
 // keeps its end. The page of ui, in Chromium, shows them escaped too.
 
@@ -248,7 +248,11 @@ func TestTerminalEscapes(t *testing.T) {
 			t.Fatalf("requests --json: %v\n%s", err, res)
 		}
 		for _, req := range reqs {
-			decide(t, s, "deny", req.ID, "once")
+			res := s.Run("", "deny", req.ID, "--for", "once")
+			if res.Code != 0 {
+				t.Fatalf("deny %s:\n%s", req.ID, res)
+			}
+			assertInert(t, "deny", res.Stdout+res.Stderr)
 		}
 		waitOutput(t, "the decisions in requests --watch", watchOut, "decided")
 		assertInert(t, "requests --watch", watchOut.String()+watchErr.String())
