@@ -287,38 +287,54 @@ func TestTerminalEscapes(t *testing.T) {
 		// its paths as JSON strings, which cannot hold a name that is not
 		// UTF-8; DNS names and the profile's path carry them raw above.)
 		dir := pyEscape(escPayload + c1(false) + bidiControls)
-		script := `import os; os.chdir("/workspace"); open(bytes(range(1, 0x20)) + b"\x7f", "w").write("a\n"); os.makedirs("` + dir + `/d"); open("` + dir + `/d/f", "w").write("b\n")`
+		script := `import os; os.chdir("/workspace"); open(bytes(range(1, 0x20)) + b"\x7f", "w").write("a\n"); os.makedirs("` + dir + `/d"); open("` + dir + `/d/f", "w").write("b\n"); ` +
+			`open("content.txt", "wb").write(b"` + pyEscape(escPayload+c0()) + `\n" + bytes(range(0x80, 0xa0)) + "` + pyEscape(c1(false)+bidiControls) + `\n".encode())`
 		run := s.Run("", "run", "--changeset", "-p", filepath.Join(profDir, "cs.yaml"), "--", "python3", "-c", script)
 		if run.Code != 0 {
 			t.Fatalf("the changeset's run:\n%s", run)
 		}
 		assertInert(t, "run --changeset", run.Stdout+run.Stderr)
-		for _, args := range [][]string{{"changes"}, {"changes", "--json"}, {"diff", "--stat"}, {"diff"}, {"diff", "--json"}} {
+		for _, args := range [][]string{{"changes"}, {"changes", "--json"}, {"diff", "--stat"}, {"diff", "--json"}} {
 			res := s.Run("", args...)
 			if res.Code != 0 {
 				t.Fatalf("%s:\n%s", strings.Join(args, " "), res)
 			}
-			out := res.Stdout + res.Stderr
-			if args[0] == "diff" {
-				// git ends a ---/+++ name holding a space with a tab.
-				out = strings.ReplaceAll(out, "\"\t\n", "\"\n")
-			}
-			assertInert(t, strings.Join(args, " "), out)
+			assertInert(t, strings.Join(args, " "), res.Stdout+res.Stderr)
 		}
+		// The diff itself, on a terminal: the files' content too (to a
+		// pipe it is byte for byte, for git apply). Tabs are kept as they
+		// are: they lay out the content (and end a ---/+++ name that holds
+		// a space, as git does).
+		term := terminalStart(t, s, "diff")
+		if err := term.wait(60 * time.Second); err != nil {
+			t.Fatalf("diff on a terminal: %v\n%s", err, term.output())
+		}
+		select {
+		case <-term.eof:
+		case <-time.After(10 * time.Second):
+		}
+		out := term.output()
+		if !strings.Contains(out, `+\x1b[2JAll clear, nothing pending\x1b]0;pwned\a\x1b]52;c;ZXZpbA==\a\x01`) {
+			t.Errorf("diff on a terminal does not show the content escaped:\n%s", out)
+		}
+		assertInert(t, "diff on a terminal", strings.ReplaceAll(strings.ReplaceAll(out, "\r\n", "\n"), "\t", " "))
 		if res := s.Run("", "discard"); res.Code != 0 {
 			t.Errorf("discard:\n%s", res)
 		}
 	})
 }
 
-// pyEscape writes s as the inside of a Python string literal of ASCII.
+// pyEscape writes s as the inside of a Python string literal of ASCII (a
+// bytes literal when s is ASCII).
 func pyEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		switch {
 		case r == '"' || r == '\\':
 			b.WriteString(`\` + string(r))
-		case r < 0x20 || r >= 0x7f:
+		case r < 0x20 || r >= 0x7f && r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r >= 0x100:
 			fmt.Fprintf(&b, `\U%08x`, r)
 		default:
 			b.WriteRune(r)

@@ -162,3 +162,21 @@ func (j jsonWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// Text is Inert for a file's content shown as lines: its newlines and tabs
+// are kept as they are (they lay it out), everything else Inert escapes is
+// escaped.
+func Text(s string) string {
+	if i, _ := Find(s); i < 0 {
+		return s
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		cells := strings.Split(l, "\t")
+		for j, c := range cells {
+			cells[j] = Inert(c)
+		}
+		lines[i] = strings.Join(cells, "\t")
+	}
+	return strings.Join(lines, "\n")
+}

@@ -178,3 +178,15 @@ func TestJSON(t *testing.T) {
 		t.Fatalf("decoded %q, %v; want %q", back["reason"], err, in.String())
 	}
 }
+
+func TestText(t *testing.T) {
+	t.Parallel()
+	in := "func f() {\n\treturn \"\x1b]52;c;ZXZpbA==\x07\"\r\n}\n"
+	want := "func f() {\n\treturn \"\\x1b]52;c;ZXZpbA==\\a\"\\r\n}\n"
+	if got := Text(in); got != want {
+		t.Errorf("Text = %q, want %q", got, want)
+	}
+	if got := Text("plain\n\tindented\n"); got != "plain\n\tindented\n" {
+		t.Errorf("Text(plain) = %q", got)
+	}
+}
