@@ -58,17 +58,6 @@ func c1(raw bool) string {
 	return b.String()
 }
 
-// everyControl is each character the terminal must not get raw.
-func everyControl() []string {
-	var all []string
-	for _, s := range []string{"\x00" + c0(), c1(false), bidiControls} {
-		for _, r := range s {
-			all = append(all, string(r))
-		}
-	}
-	return all
-}
-
 // assertInert fails when out (what a command printed) holds a character a
 // terminal acts on: anything termsafe escapes, on any line.
 func assertInert(t *testing.T, what, out string) {
@@ -105,7 +94,8 @@ func TestTerminalEscapes(t *testing.T) {
 	writeFiles(t, source, map[string]string{"a.txt": "fixture"})
 	// Requests the socket refuses: each control in a reason, in a target.
 	var bodies []string
-	for _, c := range everyControl() {
+	for _, r := range termsafe.Controls() {
+		c := string(r)
 		for _, a := range []ask.AgentAsk{
 			{Kind: ask.KindMount, Reason: "why" + c, Mount: &ask.MountAsk{Source: filepath.Dir(source), Target: "fixtures"}},
 			{Kind: ask.KindMount, Reason: "fixtures", Mount: &ask.MountAsk{Source: filepath.Dir(source), Target: "/mnt/a" + c + "b"}},

@@ -119,22 +119,12 @@ func TestTerminal(t *testing.T) {
 // losing the end that says where it goes.
 func TestScreenInert(t *testing.T) {
 	t.Parallel()
-	var all strings.Builder
-	for r := rune(0); r < 0x20; r++ {
-		all.WriteRune(r)
-	}
-	all.WriteString("\x7f\x9b\xff")
-	for r := rune(0x80); r <= 0x9f; r++ {
-		all.WriteRune(r)
-	}
-	for _, r := range "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069" {
-		all.WriteRune(r)
-	}
+	all := string(termsafe.Controls()) + "\x9b\xff" // and C1 raw, a byte that is not UTF-8
 	long := req("r1", "api.anthropic.com."+strings.Repeat("x", 120)+".evil.test", 443)
-	long.Reason = "\x1b[2JAll clear, nothing pending" + all.String()
+	long.Reason = "\x1b[2JAll clear, nothing pending" + all
 	mount := req("r2", "", 0)
 	mount.Kind, mount.Via = "mount", "agent"
-	mount.Mount = &ask.MountAsk{Source: "/home/u/ws/" + strings.Repeat("data/", 30) + "etc/ssh", Target: "/mnt/\x1b]0;pwned\x07" + all.String()}
+	mount.Mount = &ask.MountAsk{Source: "/home/u/ws/" + strings.Repeat("data/", 30) + "etc/ssh", Target: "/mnt/\x1b]0;pwned\x07" + all}
 	snap := Snapshot{Sandboxes: []SandboxInfo{{"ws-1", "/ws"}}, Pending: []Item{{Request: long}, {Request: mount}}}
 	snap.Decided = []Item{{Request: long, Decision: &Decision{Action: Deny, Scope: Once}, DecidedBy: "timeout\x1b]52;c;ZXZpbA==\x07"}}
 	s := Screen{Width: 100, Height: 40}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 // Two brokers in one ask directory, the gateway's (ask.sock) and the
@@ -97,16 +99,7 @@ func TestParseAgentAsk(t *testing.T) {
 // is refused, with the field named; JSON carries every one of them. A
 // mount's source is a host path, taken as it is (and shown inert).
 func TestParseAgentAskRefusesControls(t *testing.T) {
-	var rs []rune
-	for r := rune(0); r < 0x20; r++ {
-		rs = append(rs, r)
-	}
-	rs = append(rs, 0x7f)
-	for r := rune(0x80); r <= 0x9f; r++ {
-		rs = append(rs, r)
-	}
-	rs = append(rs, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069)
-	for _, r := range rs {
+	for _, r := range termsafe.Controls() {
 		c := string(r)
 		for field, a := range map[string]AgentAsk{
 			"reason":       {Kind: KindPort, Port: 3000, Reason: "preview" + c},

@@ -180,3 +180,23 @@ func Text(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Controls are the characters a terminal acts on that the threat model
+// names, each once, for tests to feed through what shows a sandbox's text:
+// every C0 control, DEL, every C1 control, and the bidi controls U+202A to
+// U+202E and U+2066 to U+2069. (Unsafe reports more: the other format
+// characters, the separators.)
+func Controls() []rune {
+	var rs []rune
+	for r := rune(0); r < 0x20; r++ {
+		rs = append(rs, r)
+	}
+	rs = append(rs, 0x7f)
+	for r := rune(0x80); r <= 0x9f; r++ {
+		rs = append(rs, r)
+	}
+	for _, r := range "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069" {
+		rs = append(rs, r)
+	}
+	return rs
+}

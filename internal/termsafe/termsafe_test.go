@@ -8,26 +8,6 @@ import (
 	"unicode/utf8"
 )
 
-// controls are every character the issue names: C0, DEL, C1 (as runes),
-// and the bidi controls.
-func controls() []rune {
-	var rs []rune
-	for r := rune(0); r < 0x20; r++ {
-		rs = append(rs, r)
-	}
-	rs = append(rs, 0x7f)
-	for r := rune(0x80); r <= 0x9f; r++ {
-		rs = append(rs, r)
-	}
-	for r := rune(0x202a); r <= 0x202e; r++ {
-		rs = append(rs, r)
-	}
-	for r := rune(0x2066); r <= 0x2069; r++ {
-		rs = append(rs, r)
-	}
-	return rs
-}
-
 // raw reports whether s holds a byte or character a terminal could act on.
 func raw(s string) bool {
 	for i := 0; i < len(s); {
@@ -42,7 +22,7 @@ func raw(s string) bool {
 
 func TestInertEveryControl(t *testing.T) {
 	t.Parallel()
-	for _, r := range controls() {
+	for _, r := range Controls() {
 		s := "a" + string(r) + "b"
 		got := Inert(s)
 		if raw(got) {
@@ -158,7 +138,7 @@ func TestWrap(t *testing.T) {
 func TestJSON(t *testing.T) {
 	t.Parallel()
 	var in strings.Builder
-	for _, r := range controls() {
+	for _, r := range Controls() {
 		in.WriteRune(r)
 	}
 	in.WriteString("\u200b\U000e0001 ok 日本")
