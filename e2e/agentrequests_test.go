@@ -67,6 +67,20 @@ func startRunningArgs(t *testing.T, s *sandbox, args ...string) *running {
 	}
 }
 
+// RuntimeDir gives the test's launchers an $XDG_RUNTIME_DIR of their own,
+// as a desktop session has one, short enough for the sockets made in it;
+// it is removed when the test ends. It returns the directory.
+func (s *sandbox) RuntimeDir() string {
+	s.t.Helper()
+	rt, err := os.MkdirTemp("", "rt-e2e")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { os.RemoveAll(rt) })
+	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	return rt
+}
+
 // agentAsk is the curl an agent runs to ask: it prints the answer.
 func agentAsk(body string) string {
 	return "curl -s --max-time 50 --unix-socket /run/propio-sandbox/request.sock -X POST http://sandbox/v1/requests -d '" + body + "'"
@@ -104,12 +118,7 @@ func TestAgentRequestsResources(t *testing.T) {
 
 func agentRequestsResources(t *testing.T, mode string) {
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "agentreq-e2e") // $XDG_RUNTIME_DIR, as a desktop session has one
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	rt := s.RuntimeDir()
 	prof := "image: propio-sandbox/agent:latest\nagent_requests: [resources]\nresources: {cpus: 1, memory: 1g, pids: 100}\nnetwork:\n  mode: " + mode + "\n"
 	var r *running
 	if mode == "allowlist" {
@@ -228,12 +237,7 @@ func agentRequestsResources(t *testing.T, mode string) {
 func TestAgentRequestsPortAndMount(t *testing.T) {
 	requireAgentImage(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "agentreq-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	s.RuntimeDir()
 	if err := os.WriteFile(filepath.Join(s.Workspace, "hello.txt"), []byte("served from the sandbox"), 0o644); err != nil {
 		t.Fatal(err)
 	}

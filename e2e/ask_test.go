@@ -143,12 +143,7 @@ func TestAskAllowlist(t *testing.T) {
 	requireAgentImage(t)
 	in := newInternet(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "ask-e2e") // $XDG_RUNTIME_DIR, as a desktop session has one
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	rt := s.RuntimeDir()
 	r := startAllowlist(t, s, in, askProfile)
 
 	// The ask directory: the user's alone, and only the gateway has it.

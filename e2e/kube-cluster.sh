@@ -73,8 +73,11 @@ build() {
   local work
   work=$(mktemp -d "$cache/build.XXXXXX")
   # A half-built set is never taken for a whole one: binaries land in $work
-  # and the directory is renamed into place only when all are there.
-  trap 'rm -rf "$work"' RETURN
+  # and the directory is renamed into place only when all are there. The
+  # trap removes itself: a RETURN trap set in a function outlives it and
+  # would fire again when its caller (start) returns, where $work is unset
+  # (set -u: the script then failed after a build that had succeeded).
+  trap 'rm -rf "$work"; trap - RETURN' RETURN
   mkdir -p "$work/mod" "$work/out"
   local start=$SECONDS
 

@@ -19,12 +19,7 @@ import (
 func TestAgentRequestsMountWrite(t *testing.T) {
 	requireAgentImage(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "mountwrite-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	s.RuntimeDir()
 	data := filepath.Join(s.Home, "notes")
 	writeFiles(t, data, map[string]string{"todo.txt": "one\n", "keep.txt": "as it was\n"})
 	hostUnchanged := func(when string) {

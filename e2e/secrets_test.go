@@ -13,8 +13,12 @@ package e2e
 // render, the decision log, the gateway's output, the launcher's.
 
 import (
+	"compress/gzip"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,6 +78,10 @@ secrets:
   LLM_TOKEN:
     from: {env: HOST_LLM_TOKEN}
     hosts: [llm.test, bad.test]
+  CLEAR_TOKEN:
+    from: {env: HOST_CLEAR_TOKEN}
+    hosts: [plain.test]
+    cleartext_hosts: [plain.test]
 mounts:
   - {source: %[1]s, target: /certs}
 `
@@ -86,7 +94,8 @@ func TestSecretsBrokered(t *testing.T) {
 	s := newSandbox(t)
 	in := startBrokerInternet(t)
 	value := "sk-e2e-" + randomID() + randomID() + randomID()
-	s.Env = append(s.Env, "HOST_LLM_TOKEN="+value)
+	clearValue := "sk-e2e-clear-" + randomID()
+	s.Env = append(s.Env, "HOST_LLM_TOKEN="+value, "HOST_CLEAR_TOKEN="+clearValue)
 	profileYAML := fmt.Sprintf(brokerProfile, in.CADir)
 	r := startAllowlist(t, s, in, profileYAML)
 	// sh runs a bash script in the sandbox, args as $0, $1...
@@ -108,7 +117,7 @@ func TestSecretsBrokered(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	mask := strings.Repeat("*", len(value))
+	const mask = "[masked:LLM_TOKEN]"
 	basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + value))
 
 	var sentinel string
@@ -167,6 +176,84 @@ func TestSecretsBrokered(t *testing.T) {
 			t.Errorf("the echo reached the sandbox as %q, want the value masked", out)
 		}
 	})
+	// The attacks of issue 28: the secret's host is made to send the value
+	// back in a form the gateway did not mask, and the agent reads it.
+	readBack := func(t *testing.T, script string) string {
+		t.Helper()
+		out, _ := sh(t, script)
+		if l := leak(out, value); l != "" {
+			t.Errorf("the value came back, %s:\n%q", l, out)
+		}
+		return out
+	}
+	t.Run("read back: a gzip-compressed echo", func(t *testing.T) {
+		// The client asks for gzip and unpacks what comes, as the agent
+		// would; the server compresses when asked, and one (/echo/gzip)
+		// whatever it is asked.
+		for _, path := range []string{"/echo", "/echo/gzip"} {
+			out := readBack(t, `curl -sS -D /tmp/head -o /tmp/body -H 'Accept-Encoding: gzip, deflate, br' https://llm.test`+path+` -H "Authorization: Bearer $LLM_TOKEN"
+tr A-Z a-z </tmp/head; gunzip -c /tmp/body 2>/dev/null || cat /tmp/body`)
+			if !strings.HasSuffix(out, "\r\n\r\nyou sent Bearer "+mask+"\n") || strings.Contains(out, "content-encoding") || strings.Contains(out, "content-length") {
+				t.Errorf("%s: %q, want the echo masked, with no encoding and no length", path, out)
+			}
+		}
+		got(t, `echo accept-encoding="identity"`)
+		if strings.Contains(in.Logs("upstream"), `echo accept-encoding="gzip`) {
+			t.Error("the server was asked for gzip")
+		}
+	})
+	t.Run("read back: an encoding the gateway cannot decode", func(t *testing.T) {
+		out := readBack(t, `curl -sS -w '\n%{http_code}' https://llm.test/echo/br -H "Authorization: Bearer $LLM_TOKEN"`)
+		if !strings.Contains(out, `Content-Encoding "br", which the gateway cannot decode`) || !strings.HasSuffix(out, "\n502") {
+			t.Errorf("%q, want a 502 saying why", out)
+		}
+	})
+	t.Run("read back: the gateway's own Basic credential", func(t *testing.T) {
+		// curl sends https://x:SENTINEL@host/ as Basic base64(x:SENTINEL);
+		// the gateway puts the value in, the server echoes the credential.
+		out := readBack(t, `curl -sS "https://x:$LLM_TOKEN@llm.test/echo"`)
+		if !strings.HasPrefix(out, "you sent Basic ") || !strings.Contains(out, mask) {
+			t.Errorf("%q, want the credential masked", out)
+		}
+	})
+	t.Run("read back: part of the value", func(t *testing.T) {
+		// "Bearer " is 7 characters: the value starts at 7.
+		for _, w := range [][2]int{{7, 8}, {12, 9}, {20, 30}, {3, 12}, {len("Bearer ") + len(value) - 8, 8}} {
+			out := readBack(t, fmt.Sprintf(`curl -sS "https://llm.test/echo/part?from=%d&len=%d" -H "Authorization: Bearer $LLM_TOKEN"`, w[0], w[1]))
+			if !strings.Contains(out, mask+"...\n") {
+				t.Errorf("characters %d to %d: %q, want them masked", w[0], w[0]+w[1], out)
+			}
+		}
+	})
+	t.Run("read back: a range at a time", func(t *testing.T) {
+		out := readBack(t, `curl -sS -w '\n%{http_code}' -r 16-22 https://llm.test/echo/range -H "Authorization: Bearer $LLM_TOKEN"`)
+		if out != "you sent Bearer "+mask+"\n\n200" {
+			t.Errorf("%q, want the whole echo masked", out)
+		}
+		if strings.Contains(in.Logs("upstream"), `range="bytes`) {
+			t.Error("the server was asked for a range")
+		}
+	})
+	t.Run("plain HTTP to the secret's host", func(t *testing.T) {
+		// A secret's host without a port takes port 80: the value goes in
+		// no plain HTTP request, through the proxy or the transparent path.
+		for _, via := range []string{"proxy", "transparent"} {
+			flag := ""
+			if via == "transparent" {
+				flag = "--noproxy '*'"
+			}
+			out := readBack(t, `curl -sS `+flag+` -w '\n%{http_code}' http://llm.test/h/clear-`+via+` -H "Authorization: Bearer $LLM_TOKEN"`)
+			if !strings.Contains(out, "over TLS only: nothing was sent") || !strings.Contains(out, "Use https://llm.test/h/clear-"+via) || !strings.HasSuffix(out, "\n403") {
+				t.Errorf("%s: %q, want a 403 saying to use https", via, out)
+			}
+			if e := requestEntry(t, s, "llm.test"); e == nil || e["path"] != "/h/clear-"+via || e["status"] != float64(403) || fmt.Sprint(e["sentinels"]) != "[LLM_TOKEN]" {
+				t.Errorf("%s: the log says %v, want the request refused with its sentinel", via, e)
+			}
+		}
+		if logs := in.Logs("upstream"); strings.Contains(logs, "/h/clear-") {
+			t.Errorf("a plain HTTP request with the sentinel reached the server:\n%s", logs)
+		}
+	})
 	t.Run("elsewhere the sentinel stays", func(t *testing.T) {
 		// other.test is passed through: curl trusts the test CA alone and
 		// sees the server's own certificate.
@@ -190,6 +277,13 @@ func TestSecretsBrokered(t *testing.T) {
 				t.Errorf("%s: the log does not say LLM_TOKEN's sentinel left as it was: %v", host, e)
 			}
 		}
+	})
+	t.Run("in clear where the profile says so", func(t *testing.T) {
+		// CLEAR_TOKEN's cleartext_hosts name plain.test.
+		if out, ok := sh(t, `curl -sS --fail http://plain.test/h/clear -H "Authorization: Bearer $CLEAR_TOKEN"`); !ok {
+			t.Fatalf("plain.test in clear: %s", out)
+		}
+		got(t, fmt.Sprintf(`headers HTTP/1.1 GET /h/clear authorization="Bearer %s"`, clearValue))
 	})
 	t.Run("methods limit a host", func(t *testing.T) {
 		out, _ := sh(t, `curl -sS -X POST -w '\n%{http_code}' https://api.test/h/post`)
@@ -280,6 +374,49 @@ curl -sS https://llm.test/release >/dev/null; wait $pid; cat /tmp/sse`)
 			t.Errorf("%s is left once the sandbox ended: %v", d, err)
 		}
 	}
+}
+
+// leak says how out holds a piece of value (8 characters or more in a row)
+// that an agent could read: as it is, gzip-compressed, in base64 (at any
+// offset), percent-encoded or in hex; "" when it holds none.
+func leak(out, value string) string {
+	piece := func(s string) bool {
+		for i := 0; i+8 <= len(value); i++ {
+			if strings.Contains(s, value[i:i+8]) {
+				return true
+			}
+		}
+		return false
+	}
+	if piece(out) {
+		return "as it is"
+	}
+	if zr, err := gzip.NewReader(strings.NewReader(out)); err == nil {
+		if b, _ := io.ReadAll(zr); piece(string(b)) {
+			return "gzip-compressed"
+		}
+	}
+	if u, err := url.QueryUnescape(out); err == nil && piece(u) {
+		return "percent-encoded"
+	}
+	for _, tok := range regexp.MustCompile(`[A-Za-z0-9+/_=-]{8,}`).FindAllString(out, -1) {
+		for from := range 2 {
+			if b, err := hex.DecodeString(tok[from : from+(len(tok)-from)/2*2]); err == nil && piece(string(b)) {
+				return "in hex"
+			}
+		}
+		tok = strings.TrimRight(tok, "=")
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			for from := range 4 {
+				t := tok[min(from, len(tok)):]
+				t = t[:len(t)/4*4]
+				if b, err := enc.DecodeString(t); err == nil && piece(string(b)) {
+					return "in base64"
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // requestEntry is the last decision logged for a request to host.

@@ -38,8 +38,8 @@ func unsafeKeys(t *testing.T, s *sandbox) {
 }
 
 // TestUnsafeGrantRefusedInRepository: a checked-in profile that mounts the
-// engine's socket (by a link), /, HOME or ~/.ssh, adds SYS_ADMIN or passes
-// '*_*' is refused by run, trust, render and doctor at the grant's
+// engine's socket (by a link), /, HOME or ~/.ssh, or /etc or
+// /var/lib/docker rw, adds SYS_ADMIN or passes '*_*' is refused by run, trust, render and doctor at the grant's
 // FILE:LINE:COL, before anything is created or trusted, even though it names
 // the grant in unsafe; a secret of the launcher's environment appears in no
 // output.
@@ -58,6 +58,8 @@ func TestUnsafeGrantRefusedInRepository(t *testing.T) {
 		{"ssh", unsafeKeys, "mounts: [{source: ~/.ssh, target: /keys}]", "3:19: mounts[0].source", "ssh"},
 		{"SYS_ADMIN", nil, "security: {cap_add: [SYS_ADMIN]}", "3:22: security.cap_add[0]", "SYS_ADMIN"},
 		{"env glob", nil, "env: {pass: ['*_*']}", "3:14: env.pass[0]", "env-glob"},
+		{"/etc rw", nil, "mounts: [{source: /etc, target: /host-etc, mode: rw}]", "3:19: mounts[0].source", "system-write"},
+		{"/var/lib/docker rw", nil, "mounts: [{source: /var/lib/docker, target: /d, mode: rw}]", "3:19: mounts[0].source", "system-write"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -188,4 +190,25 @@ func unsafeWarnedAll(t *testing.T, s *sandbox, p, name, field string) string {
 	}
 	unsafeWarned(t, "trust", r, name, field, p)
 	return rendered
+}
+
+// TestTrustWarnsWritesOutside: trust shows a repository profile's rw mount
+// outside the workspace as a warning (one inside it is not), and the
+// warning is true: once trusted, the sandbox writes that host path itself.
+func TestTrustWarnsWritesOutside(t *testing.T) {
+	t.Parallel()
+	s := newSandbox(t)
+	notes := filepath.Join(s.Home, "notes")
+	isolationWriteFile(t, filepath.Join(notes, ".keep"), "")
+	isolationWriteFile(t, filepath.Join(s.Workspace, ".propio", "sandbox.yaml"),
+		"image: "+ProbeImage+"\nnetwork: {mode: none}\nmounts:\n  - {source: ~/notes, target: /notes, mode: rw}\n  - {source: '${WORKSPACE}/cache', target: /cache, mode: rw, optional: true}\n")
+	r := s.Run("", "trust")
+	want := "propio-sandbox: warning: mounts[0].source (.propio/sandbox.yaml:4:14): " + notes + " is mounted rw, outside the workspace: the sandbox writes it on the host, with no changeset to review\n"
+	if r.Code != 0 || !strings.Contains(r.Stderr, want) || strings.Contains(r.Stderr, "mounts[1]") {
+		t.Fatalf("trust: want the warning %q, and none for the mount in the workspace:\n%s", want, r)
+	}
+	probeOK(t, s.Run("", "run", "--", "write", "/notes/from-the-sandbox", "written"), "")
+	if b, err := os.ReadFile(filepath.Join(notes, "from-the-sandbox")); err != nil || string(b) != "written" {
+		t.Errorf("the sandbox's write is not on the host: %q, %v", b, err)
+	}
 }

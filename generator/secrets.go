@@ -99,7 +99,8 @@ func UpstreamCA(p *profile.Profile, h Host) string {
 // and request limits need, and returns the extension's part: nil when the
 // gateway opens nothing.
 //
-// The gateway gets each secret's name and hosts (--secret), the profile's
+// The gateway gets each secret's name and hosts (--secret), those it may go
+// to over plain HTTP (--secret-cleartext), the profile's
 // methods, its upstream_ca and the host's trust store, and the run's broker
 // directory, where it writes the certificate of the CA it makes and the
 // launcher leaves the values (never in its command, environment or
@@ -122,6 +123,9 @@ func brokering(p *profile.Profile, h Host, o Options, g, agent *types.ServiceCon
 		ext.Secrets[name] = SecretSource(s, h).String()
 		for _, r := range s.Hosts {
 			g.Command = append(g.Command, "--secret", name+"="+r.Text)
+		}
+		for _, r := range s.Cleartext {
+			g.Command = append(g.Command, "--secret-cleartext", name+"="+r.Text)
 		}
 		agent.Environment[name] = nil // filled in with the run's sentinel
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -121,7 +123,9 @@ func handler(name string) http.Handler {
 // whether r was one of them:
 //
 //	/h/...      prints "headers PROTO METHOD PATH authorization=%q x-api-key=%q", answers as any path
-//	/echo       answers with the Authorization header it got (a careless server)
+//	/echo       answers "you sent " and the Authorization header it got (a careless server), gzipped when the client accepts gzip;
+//	            /echo/gzip gzipped whatever the client accepts, /echo/br labelled br (not encoded: passed on, it shows),
+//	            /echo/part?from=N&len=M only those characters of it, /echo/range with Range requests honoured
 //	/git/...    asks for Basic credentials (401) until it gets some, then prints them as /h/ does and answers 404
 //	/sse        server-sent events: "data: first", then, once /release is asked, "data: second"
 //	/release    lets /sse go on
@@ -133,9 +137,9 @@ func serveCredentials(w http.ResponseWriter, r *http.Request, release chan struc
 	case strings.HasPrefix(p, "/h/"):
 		headers()
 		return false
-	case p == "/echo":
+	case p == "/echo" || strings.HasPrefix(p, "/echo/"):
 		headers()
-		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
+		echoCredentials(w, r)
 	case strings.HasPrefix(p, "/git/"):
 		if r.Header.Get("Authorization") == "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
@@ -165,6 +169,36 @@ func serveCredentials(w http.ResponseWriter, r *http.Request, release chan struc
 		return false
 	}
 	return true
+}
+
+// echoCredentials is /echo and its variants (serveCredentials). It prints
+// "echo accept-encoding=%q range=%q" of what it was asked.
+func echoCredentials(w http.ResponseWriter, r *http.Request) {
+	say("echo accept-encoding=%q range=%q", r.Header.Get("Accept-Encoding"), r.Header.Get("Range"))
+	auth := r.Header.Get("Authorization")
+	if r.URL.Path == "/echo/part" {
+		from, _ := strconv.Atoi(r.URL.Query().Get("from"))
+		n, _ := strconv.Atoi(r.URL.Query().Get("len"))
+		from, to := min(max(from, 0), len(auth)), min(max(from, 0)+max(n, 0), len(auth))
+		auth = "..." + auth[from:to] + "..."
+	}
+	body := []byte("you sent " + auth + "\n")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	switch {
+	case r.URL.Path == "/echo/range":
+		http.ServeContent(w, r, "echo.txt", time.Time{}, bytes.NewReader(body))
+		return
+	case r.URL.Path == "/echo/br":
+		w.Header().Set("Content-Encoding", "br")
+	case r.URL.Path == "/echo/gzip" || strings.Contains(r.Header.Get("Accept-Encoding"), "gzip"):
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		gz.Write(body)
+		gz.Close()
+		body = buf.Bytes()
+		w.Header().Set("Content-Encoding", "gzip")
+	}
+	w.Write(body)
 }
 
 // loggingListener prints "conn PORT from ADDR" for every connection it

@@ -109,9 +109,10 @@ func ParseAgentAsk(b []byte) (AgentAsk, error) {
 			return a, fmt.Errorf("resources may not be negative")
 		}
 	case KindMount:
-		if a.Mount == nil || !filepath.IsAbs(a.Mount.Source) {
-			return a, fmt.Errorf("a mount request needs \"mount\" with an absolute host path in \"source\"")
+		if a.Mount == nil || !filepath.IsAbs(a.Mount.Source) && !strings.HasPrefix(a.Mount.Source, "~/") {
+			return a, fmt.Errorf("a mount request needs \"mount\" with an absolute host path (or ~/...) in \"source\"")
 		}
+		a.Mount.Resolved = "" // the launcher's to say
 	default:
 		return a, fmt.Errorf("kind %q: want port, resources or mount", a.Kind)
 	}
@@ -138,8 +139,8 @@ func (a AgentAsk) Request() Request {
 
 // What says what r asks for, as frontends show it: host:port (the name
 // alone for a DNS lookup) for a network request; "port 3000",
-// "cpus 4, memory 4GiB, pids 500" or a host path (", write" when asked) for
-// an agent's.
+// "cpus 4, memory 4GiB, pids 500" or a host path (MountAsk.Path, ", write"
+// when asked) for an agent's.
 func (r Request) What() string {
 	switch r.Kind {
 	case KindPort:
@@ -150,7 +151,7 @@ func (r Request) What() string {
 		}
 	case KindMount:
 		if r.Mount != nil {
-			s := r.Mount.Source
+			s := r.Mount.Path()
 			if r.Mount.Target != "" {
 				s += " at " + r.Mount.Target
 			}

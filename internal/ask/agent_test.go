@@ -85,6 +85,7 @@ func TestParseAgentAsk(t *testing.T) {
 		`{"kind":"resources","resources":{"memory":-1,"pids":5},"reason":"x"}`: false,
 		`{"kind":"mount","mount":{"source":"/data"},"reason":"x"}`:             true,
 		`{"kind":"mount","mount":{"source":"data"},"reason":"x"}`:              false,
+		`{"kind":"mount","mount":{"source":"~/data"},"reason":"x"}`:            true,
 		`{"kind":"network","reason":"x"}`:                                      false,
 		`{"kind":"port","port":3000}`:                                          false,
 		`not json`:                                                             false,
@@ -117,6 +118,21 @@ func TestParseAgentAskRefusesControls(t *testing.T) {
 		body, _ := json.Marshal(AgentAsk{Kind: KindMount, Reason: "x", Mount: &MountAsk{Source: "/data" + c}})
 		if _, err := ParseAgentAsk(body); err != nil {
 			t.Errorf("source with %U: %v", r, err)
+		}
+	}
+}
+
+// A mount request is shown by the path the launcher copies, beside the one
+// the agent asked for when they differ; before it is judged, by the latter.
+func TestMountWhat(t *testing.T) {
+	for want, m := range map[string]MountAsk{
+		"/data":                             {Source: "/data"},
+		"/data at d, write":                 {Source: "/data", Resolved: "/data", Target: "d", Write: true},
+		"~/data → /home/me/data":            {Source: "~/data", Resolved: "/home/me/data"},
+		"/ws/fixtures → /srv/fixtures at f": {Source: "/ws/fixtures", Resolved: "/srv/fixtures", Target: "f"},
+	} {
+		if got := (Request{Kind: KindMount, Mount: &m}).What(); got != want {
+			t.Errorf("What() = %q, want %q", got, want)
 		}
 	}
 }

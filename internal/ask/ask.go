@@ -57,11 +57,27 @@ type ResourcesAsk struct {
 }
 
 // MountAsk is what a mount request asks for: the host path Source to appear
-// at Target inside, read-only unless Write.
+// at Target inside, read-only unless Write. Resolved is the host path the
+// launcher would copy, as it judged Source before asking anyone: what the
+// user is shown and decides. The agent never sets it.
 type MountAsk struct {
-	Source string `json:"source"`
-	Target string `json:"target,omitempty"`
-	Write  bool   `json:"write,omitempty"`
+	Source   string `json:"source"`
+	Target   string `json:"target,omitempty"`
+	Write    bool   `json:"write,omitempty"`
+	Resolved string `json:"resolved,omitempty"`
+}
+
+// Path is the host path a mount request copies, as the user is shown it:
+// Resolved, and "SOURCE → RESOLVED" when the agent asked for it by another
+// name (~/...); Source itself before it is judged.
+func (m MountAsk) Path() string {
+	switch m.Resolved {
+	case "":
+		return m.Source
+	case m.Source:
+		return m.Resolved
+	}
+	return m.Source + " → " + m.Resolved
 }
 
 // The kinds of request: the gateway asks KindNetwork; the agent asks the

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -52,9 +53,14 @@ func (a *app) exec(cmd *cobra.Command, args []string) error {
 	code, err := sandbox.Exec(context.Background(), sandbox.ExecRequest{
 		Dirs: dirs, Name: sandboxName(args[:dash]), Workspace: ws,
 		Command: args[dash:], TTY: isTerminal(a.stdin) && isTerminal(a.stdout),
-		Streams: a.streams(),
+		Streams: a.streams(), Report: reporter{a.stderr},
 	})
-	if err != nil {
+	var guarded *sandbox.GuardError
+	switch {
+	case errors.As(err, &guarded):
+		// The command ran; what it left could not all be judged.
+		return withCode{persistHint(err), cmp.Or(code, 1)}
+	case err != nil:
 		return withCode{persistHint(err), ExitExec}
 	}
 	if code != 0 {

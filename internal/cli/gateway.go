@@ -36,10 +36,11 @@ type gatewayFlags struct {
 	// secrets are NAME=RULE, a host each secret may go to; broker the
 	// directory of the run's CA and secrets; upstreamCA a PEM file of CAs;
 	// methods the default methods of the allow rules.
-	secrets    []string
-	broker     string
-	upstreamCA string
-	methods    string
+	secrets      []string
+	secretsClear []string
+	broker       string
+	upstreamCA   string
+	methods      string
 }
 
 func newGateway(a *app) *cobra.Command {
@@ -77,7 +78,8 @@ is no need to start it by hand.`,
 	fl.IntVar(&f.gid, "gid", -1, "with --uid: serve as group `GID`")
 	fl.StringVar(&f.ask, "ask", "", "ask about destinations no rule matches, serving ask.sock in `DIR` (with its sandbox.json)")
 	fl.DurationVar(&f.askTime, "ask-timeout", 60*time.Second, "with --ask: deny a request nobody decided within `DURATION`")
-	fl.StringArrayVar(&f.secrets, "secret", nil, "`NAME=RULE`: the real value of secret NAME may go to the hosts of RULE (once per rule)")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "`NAME=RULE`: the real value of secret NAME may go to the hosts of RULE over TLS (once per rule)")
+	fl.StringArrayVar(&f.secretsClear, "secret-cleartext", nil, "`NAME=RULE`: the real value of secret NAME may go to the hosts of RULE, a --secret rule of NAME, over plain HTTP too")
 	fl.StringVar(&f.broker, "broker", "", "write the run's CA certificate to `DIR`, and take the run's secrets from the run's file there (at start, and whenever one is written)")
 	fl.StringVar(&f.upstreamCA, "upstream-ca", "", "trust the CA certificates of PEM `FILE` for the upstreams the gateway opens, beside the system's")
 	fl.StringVar(&f.methods, "methods", "", "the HTTP `METHODS` (GET,HEAD) an allow rule that names none lets through")
@@ -128,7 +130,7 @@ func (f gatewayFlags) options() (gatewayd.Options, error) {
 			}
 		}
 	}
-	if o.Secrets, err = gatewayd.ParseSecrets(f.secrets); err != nil {
+	if o.Secrets, err = gatewayd.ParseSecrets(f.secrets, f.secretsClear); err != nil {
 		return o, err
 	}
 	if err := f.addGrants(&o.Policy); err != nil {

@@ -48,6 +48,9 @@ run --build refuse a build that changed since.`,
 				if err := a.showGrants(p, e.workspace); err != nil {
 					return err
 				}
+				for _, w := range p.WritesOutside(e.sandbox().GrantHost()) {
+					fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, w)
+				}
 				trusted = p
 			}
 			if build != nil {

@@ -10,32 +10,45 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/egress"
 )
 
 // SecretHosts names a secret's variable and the hosts its real value may go
-// to; the value itself comes with the run (Config.SetRun).
+// to, over TLS; the value itself comes with the run (Config.SetRun).
+// Cleartext are those of the hosts it may go to over plain HTTP too, as
+// the profile says explicitly (secrets.NAME.cleartext_hosts).
 type SecretHosts struct {
-	Name  string
-	Hosts []egress.Rule
+	Name      string
+	Hosts     []egress.Rule
+	Cleartext []egress.Rule
 }
 
-// covers reports whether the secret may go to host:port.
+// covers reports whether the secret may go to host:port (over TLS).
 func (s SecretHosts) covers(host string, port uint16) bool {
 	return slices.ContainsFunc(s.Hosts, func(r egress.Rule) bool { return r.Covers(host, port) })
+}
+
+// mayGo reports whether the secret may go to host:port in a request sent
+// over TLS (overTLS) or plain HTTP.
+func (s SecretHosts) mayGo(host string, port uint16, overTLS bool) bool {
+	if !s.covers(host, port) {
+		return false
+	}
+	return overTLS || slices.ContainsFunc(s.Cleartext, func(r egress.Rule) bool { return r.Covers(host, port) })
 }
 
 // run is what the gateway holds of a run: the issuer of its certificates
 // and the secrets with their values.
 type run struct {
-	issuer  *broker.Issuer
-	secrets []liveSecret
+	issuer   *broker.Issuer
+	secrets  []liveSecret
+	matchers sync.Map // the indices of some secrets, "0,2," -> *matcher of their values
 }
 
 type liveSecret struct {
@@ -88,43 +101,55 @@ func (c *Config) interceptsName(name string, ports []uint16) bool {
 // without it holds none, and costs one search.
 const sentinelPrefix = "propio-sentinel-"
 
+// brokeredHeaders is what brokerHeaders did with the sentinels of a request's
+// headers: the secrets whose values it put in, those whose sentinels it
+// left as they were (another host's), and those it held back because the
+// request is plain HTTP and they go to this host over TLS only.
+type brokeredHeaders struct {
+	put, left, cleartext []string
+}
+
 // brokerHeaders puts the real values in place of the sentinels in h, for
-// the secrets whose hosts cover host:port, wherever they are in a header's
-// value (and inside a Basic credential); any other sentinel stays as it is.
-// It returns the names of the secrets put in and of those left.
-func (r *run) brokerHeaders(host string, port uint16, h http.Header) (put, left []string) {
+// the secrets that may go to host:port over TLS (overTLS) or plain HTTP,
+// wherever they are in a header's value (and inside a Basic credential);
+// any other sentinel stays as it is. When cleartext is not empty, the
+// request must not be sent: h holds values in clear.
+func (r *run) brokerHeaders(host string, port uint16, overTLS bool, h http.Header) (b brokeredHeaders) {
 	if r == nil {
-		return nil, nil
+		return b
 	}
 	for name, values := range h {
 		for i, v := range values {
 			if basic, ok := strings.CutPrefix(v, "Basic "); ok && strings.EqualFold(name, "Authorization") {
 				if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(basic)); err == nil && bytes.Contains(dec, []byte(sentinelPrefix)) {
-					out := r.replace(host, port, string(dec), &put, &left)
+					out := r.replace(host, port, overTLS, string(dec), &b)
 					values[i] = "Basic " + base64.StdEncoding.EncodeToString([]byte(out))
 					continue
 				}
 			}
 			if strings.Contains(v, sentinelPrefix) {
-				values[i] = r.replace(host, port, v, &put, &left)
+				values[i] = r.replace(host, port, overTLS, v, &b)
 			}
 		}
 	}
-	return put, left
+	return b
 }
 
 // replace puts in v the values of the secrets that may go to host:port, and
-// notes the names put in and left.
-func (r *run) replace(host string, port uint16, v string, put, left *[]string) string {
+// notes the names put in, left, and held back from plain HTTP.
+func (r *run) replace(host string, port uint16, overTLS bool, v string, b *brokeredHeaders) string {
 	for _, s := range r.secrets {
 		if !strings.Contains(v, s.sentinel) {
 			continue
 		}
-		if s.covers(host, port) {
+		switch {
+		case s.mayGo(host, port, overTLS):
 			v = strings.ReplaceAll(v, s.sentinel, s.value)
-			*put = appendOnce(*put, s.Name)
-		} else {
-			*left = appendOnce(*left, s.Name)
+			b.put = appendOnce(b.put, s.Name)
+		case s.covers(host, port):
+			b.cleartext = appendOnce(b.cleartext, s.Name)
+		default:
+			b.left = appendOnce(b.left, s.Name)
 		}
 	}
 	return v
@@ -152,127 +177,29 @@ func appendOnce(list []string, s string) []string {
 	return append(list, s)
 }
 
-// values are the real values a response from host:port may carry back: of
-// the secrets that may go there. None when none may.
-func (r *run) values(host string, port uint16) []liveSecret {
+// matcher finds the real values a response from host:port may carry back:
+// of the secrets that may go there (over TLS or not: a value put in over
+// TLS may come back on any connection). Nil when none may.
+func (r *run) matcher(host string, port uint16) *matcher {
 	if r == nil {
 		return nil
 	}
-	var out []liveSecret
-	for _, s := range r.secrets {
+	var secrets []liveSecret
+	var key strings.Builder
+	for i, s := range r.secrets {
 		if s.covers(host, port) {
-			out = append(out, s)
+			secrets = append(secrets, s)
+			fmt.Fprintf(&key, "%d,", i)
 		}
 	}
-	return out
-}
-
-// maskHeaders masks each of the values in h, in place, with as many *.
-func maskHeaders(h http.Header, secrets []liveSecret, masked *[]string) {
-	for _, vals := range h {
-		for i, v := range vals {
-			for _, s := range secrets {
-				if strings.Contains(v, s.value) {
-					v = strings.ReplaceAll(v, s.value, strings.Repeat("*", len(s.value)))
-					*masked = appendOnce(*masked, s.Name)
-				}
-			}
-			vals[i] = v
-		}
+	if len(secrets) == 0 {
+		return nil
 	}
-}
-
-// masker masks the real values in a response body as it streams, each with
-// as many * (so the length, and Content-Length, stay), and then in its
-// trailers. It reads into the caller's buffer and masks there; it holds back
-// only an end that could begin a value (copied aside until the next read),
-// so a stream (an event of server-sent events) is not delayed by it.
-type masker struct {
-	r       io.ReadCloser
-	secrets []liveSecret
-	trailer http.Header // the response's, filled once the body has ended
-	masked  *[]string
-	longest int // the longest value's length
-
-	held []byte // read, masked as far as it can be, not given yet
-	err  error
-	done bool
-}
-
-func newMasker(r io.ReadCloser, secrets []liveSecret, trailer http.Header, masked *[]string) *masker {
-	m := &masker{r: r, secrets: secrets, trailer: trailer, masked: masked}
-	for _, s := range secrets {
-		m.longest = max(m.longest, len(s.value))
+	// One matcher per set of secrets, not per host: a wildcard's names are
+	// many, the sets few.
+	if m, ok := r.matchers.Load(key.String()); ok {
+		return m.(*matcher)
 	}
-	return m
+	m, _ := r.matchers.LoadOrStore(key.String(), newMatcher(secrets))
+	return m.(*matcher)
 }
-
-func (m *masker) Read(p []byte) (int, error) {
-	if len(p) <= m.longest { // too small to read into: go through a buffer
-		buf := make([]byte, 2*m.longest+1)
-		n, err := m.Read(buf)
-		m.held = append(buf[copy(p, buf[:n]):n:n], m.held...)
-		return min(n, len(p)), err
-	}
-	for {
-		h := copy(p, m.held)
-		m.held = m.held[:0]
-		if m.err != nil {
-			if h > 0 {
-				return h, nil // held back: no value can complete it now
-			}
-			if errors.Is(m.err, io.EOF) && !m.done {
-				m.done = true
-				maskHeaders(m.trailer, m.secrets, m.masked)
-			}
-			return 0, m.err
-		}
-		n, err := m.r.Read(p[h:])
-		m.err = err
-		n += h
-		m.mask(p[:n])
-		keep := 0
-		if err == nil {
-			keep = m.partial(p[:n])
-		}
-		m.held = append(m.held, p[n-keep:n]...)
-		if n-keep > 0 {
-			return n - keep, nil
-		}
-	}
-}
-
-// mask masks every whole value in b.
-func (m *masker) mask(b []byte) {
-	for _, s := range m.secrets {
-		v := []byte(s.value)
-		for from := 0; ; {
-			i := bytes.Index(b[from:], v)
-			if i < 0 {
-				break
-			}
-			for j := from + i; j < from+i+len(v); j++ {
-				b[j] = '*'
-			}
-			from += i + len(v)
-			*m.masked = appendOnce(*m.masked, s.Name)
-		}
-	}
-}
-
-// partial is the length of the longest end of b that begins a value: it
-// is held back until the next read says whether the value follows.
-func (m *masker) partial(b []byte) int {
-	longest := 0
-	for _, s := range m.secrets {
-		for n := min(len(s.value)-1, len(b)); n > longest; n-- {
-			if b[len(b)-n] == s.value[0] && string(b[len(b)-n:]) == s.value[:n] {
-				longest = n
-				break
-			}
-		}
-	}
-	return longest
-}
-
-func (m *masker) Close() error { return m.r.Close() }

@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,13 +16,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/broker"
@@ -78,6 +80,11 @@ func (u *brokerUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
+	case "/early": // the credential echoed in an informational response first
+		w.Header().Set("Link", r.Header.Get("Authorization"))
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		fmt.Fprint(w, "done")
 	case "/echo": // a careless server that echoes the credential
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "you sent %s", r.Header.Get("Authorization"))
@@ -281,7 +288,7 @@ func TestBrokerPutsTheValueIn(t *testing.T) {
 			if resp.Proto != wantProto || got.proto != wantProto {
 				t.Errorf("the client spoke %s, the upstream got %s; want %s end to end", resp.Proto, got.proto, wantProto)
 			}
-			mask := strings.Repeat("*", len(realValue))
+			mask := maskFor("LLM_TOKEN")
 			if strings.Contains(body+resp.Header.Get("X-Echo"), realValue) || body != "you sent Bearer "+mask || resp.Header.Get("X-Echo") != "Bearer "+mask {
 				t.Errorf("the echo reached the client as %q (X-Echo %q): want the value masked", body, resp.Header.Get("X-Echo"))
 			}
@@ -295,6 +302,26 @@ func TestBrokerPutsTheValueIn(t *testing.T) {
 		t.Errorf("connection entry %+v, want allowed with bytes", conn)
 	}
 
+	t.Run("informational", func(t *testing.T) {
+		c := b.client(t, b.runRoots, false)
+		var early []string
+		req, _ := http.NewRequest("GET", b.url("llm.test", "/early"), nil)
+		req.Header.Set("Authorization", "Bearer "+s)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				early = append(early, fmt.Sprint(code, " ", h.Get("Link")))
+				return nil
+			},
+		}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := []string{"103 Bearer " + maskFor("LLM_TOKEN")}; !slices.Equal(early, want) {
+			t.Errorf("the informational responses reached the client as %q, want %q", early, want)
+		}
+	})
 	t.Run("basic", func(t *testing.T) {
 		c := b.client(t, b.runRoots, false)
 		cred := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + s))
@@ -481,51 +508,6 @@ func TestBrokerWaysIn(t *testing.T) {
 	}
 }
 
-// TestMasker: values split across reads are masked; a stream is not held
-// back unless its end could begin a value.
-func TestMasker(t *testing.T) {
-	t.Parallel()
-	secrets := []liveSecret{{SecretHosts: SecretHosts{Name: "A"}, value: "abcdef"}, {SecretHosts: SecretHosts{Name: "B"}, value: "xyz"}}
-	in := "0abcdef1abcdef2xyz3abc"
-	for _, chunk := range []int{1, 2, 3, 5, 64} {
-		var masked []string
-		trailer := http.Header{"X-T": {"tail abcdef"}}
-		m := newMasker(io.NopCloser(iotest.OneByteReader(strings.NewReader(in))), secrets, trailer, &masked)
-		if chunk > 1 {
-			m = newMasker(io.NopCloser(&chunked{s: in, n: chunk}), secrets, trailer, &masked)
-		}
-		out, err := io.ReadAll(m)
-		if err != nil || string(out) != "0******1******2***3abc" {
-			t.Errorf("chunks of %d: %q, %v", chunk, out, err)
-		}
-		if !slices.Equal(masked, []string{"A", "B"}) || trailer.Get("X-T") != "tail ******" {
-			t.Errorf("chunks of %d: masked %v, trailer %q", chunk, masked, trailer.Get("X-T"))
-		}
-	}
-	// Read a byte at a time, through the masker's own buffer.
-	var masked []string
-	out, err := io.ReadAll(iotest.OneByteReader(newMasker(io.NopCloser(&chunked{s: in, n: 4}), secrets, nil, &masked)))
-	if err != nil || string(out) != "0******1******2***3abc" {
-		t.Errorf("read a byte at a time: %q, %v", out, err)
-	}
-	// An event ending in no beginning of a value is given at once.
-	r, w := io.Pipe()
-	m := newMasker(r, secrets, nil, &masked)
-	go w.Write([]byte("data: x\n\n"))
-	buf := make([]byte, 64)
-	done := make(chan int)
-	go func() { n, _ := m.Read(buf); done <- n }()
-	select {
-	case n := <-done:
-		if string(buf[:n]) != "data: x\n\n" {
-			t.Errorf("read %q", buf[:n])
-		}
-	case <-time.After(ioTimeout):
-		t.Fatal("the masker held back a whole event")
-	}
-	w.Close()
-}
-
 // chunked reads s n bytes at a time.
 type chunked struct {
 	s string
@@ -571,49 +553,90 @@ func TestOpenedNamesNotForwarded(t *testing.T) {
 }
 
 // TestBrokerPlainHTTP: on the transparent HTTP path (port 80, routed by
-// Host), a secret's sentinel becomes its value in each request of the
-// connection, and the response is masked.
+// Host), a request that carries the sentinel of a secret whose host it is
+// gets a 403 saying to use https, and nothing reaches the upstream; when the
+// profile lets the value go to the host in clear (cleartext_hosts), the
+// sentinel becomes its value in each request of the connection, and the
+// response is masked.
 func TestBrokerPlainHTTP(t *testing.T) {
 	t.Parallel()
-	got := make(chan string, 2)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got <- r.Header.Get("X-Key")
-		fmt.Fprintf(w, "X-Key was %s", r.Header.Get("X-Key"))
-	}))
-	t.Cleanup(up.Close)
-	n := &loopbackNet{names: map[string][]netip.Addr{"llm.test": upstreamAddrs}, port: portOf(t, up.URL)}
-	c, log := newTransparentConfig(t, []string{"llm.test"}, nil, n)
-	c.Secrets = []SecretHosts{{Name: "LLM_TOKEN", Hosts: rules(t, "llm.test")}}
-	s := broker.NewSentinel("LLM_TOKEN")
-	c.Issuer = testIssuer(t, "llm.test")
-	if err := c.SetRun(broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}}); err != nil {
-		t.Fatal(err)
+	for _, cleartext := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cleartext=%v", cleartext), func(t *testing.T) {
+			t.Parallel()
+			got := make(chan string, 2)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got <- r.Header.Get("X-Key")
+				fmt.Fprintf(w, "X-Key was %s", r.Header.Get("X-Key"))
+			}))
+			t.Cleanup(up.Close)
+			n := &loopbackNet{names: map[string][]netip.Addr{"llm.test": upstreamAddrs}, port: portOf(t, up.URL)}
+			c, log := newTransparentConfig(t, []string{"llm.test"}, nil, n)
+			c.Secrets = []SecretHosts{{Name: "LLM_TOKEN", Hosts: rules(t, "llm.test")}}
+			if cleartext {
+				c.Secrets[0].Cleartext = rules(t, "llm.test")
+			}
+			s := broker.NewSentinel("LLM_TOKEN")
+			c.Issuer = testIssuer(t, "llm.test")
+			if err := c.SetRun(broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.stopIntercepting)
+			gw := startServing(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
+			client := &http.Client{Timeout: ioTimeout, Transport: &http.Transport{
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return (&net.Dialer{}).DialContext(ctx, "tcp", gw)
+				},
+			}}
+			if !cleartext {
+				resp, body := do(t, client, "GET", "http://llm.test/headers", http.Header{"X-Key": {"k=" + s}})
+				if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "over TLS only: nothing was sent") ||
+					!strings.Contains(body, "Use https://llm.test/headers") || !strings.Contains(body, "secrets.LLM_TOKEN.cleartext_hosts") {
+					t.Errorf("plain HTTP with a sentinel: %d %q, want a 403 saying to use https", resp.StatusCode, body)
+				}
+				if resp, body := do(t, client, "GET", "http://llm.test/free", nil); resp.StatusCode != 200 || <-got != "" {
+					t.Errorf("plain HTTP without a sentinel: %d %q, want it through", resp.StatusCode, body)
+				}
+				select {
+				case v := <-got:
+					t.Errorf("the upstream got a request with X-Key %q", v)
+				default:
+				}
+				e := requestEntries(t, log, 2)[0]
+				if e.Allowed || e.Status != 403 || !slices.Equal(e.Sentinels, []string{"LLM_TOKEN"}) || len(e.Secrets) > 0 ||
+					e.Reason != "LLM_TOKEN may go to llm.test over TLS only, and this request is plain HTTP" {
+					t.Errorf("request entry %+v, want refused, the sentinel left", e)
+				}
+				return
+			}
+			for i := range 2 { // two requests on one connection: both are seen
+				resp, body := do(t, client, "GET", "http://llm.test/headers", http.Header{"X-Key": {"k=" + s}})
+				if resp.StatusCode != 200 || body != "X-Key was k="+maskFor("LLM_TOKEN") {
+					t.Fatalf("request %d: %d %q, want the echo masked", i, resp.StatusCode, body)
+				}
+				if v := <-got; v != "k="+realValue {
+					t.Errorf("request %d: the upstream got %q, want the real value", i, v)
+				}
+			}
+			if reqs := requestEntries(t, log, 2); reqs[1].Via != "http" || !slices.Equal(reqs[1].Secrets, []string{"LLM_TOKEN"}) {
+				t.Errorf("request entries %+v, want two, each with LLM_TOKEN put in", reqs)
+			}
+		})
 	}
-	t.Cleanup(c.stopIntercepting)
-	gw := startServing(t, func(l net.Listener) error { return c.ServeHostHTTP(l, 80) })
-	client := &http.Client{Timeout: ioTimeout, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", gw)
-		},
-	}}
-	for i := range 2 { // two requests on one connection: both are seen
-		resp, body := do(t, client, "GET", "http://llm.test/headers", http.Header{"X-Key": {"k=" + s}})
-		if resp.StatusCode != 200 || body != "X-Key was k="+strings.Repeat("*", len(realValue)) {
-			t.Fatalf("request %d: %d %q, want the echo masked", i, resp.StatusCode, body)
-		}
-		if v := <-got; v != "k="+realValue {
-			t.Errorf("request %d: the upstream got %q, want the real value", i, v)
-		}
-	}
+}
+
+// requestEntries waits for n request entries in log, and returns them.
+func requestEntries(t *testing.T, log *entryLog, n int) []decisionlog.Entry {
+	t.Helper()
 	var reqs []decisionlog.Entry
 	deadline := time.Now().Add(ioTimeout)
-	for len(reqs) < 2 && time.Now().Before(deadline) {
+	for len(reqs) < n && time.Now().Before(deadline) {
 		reqs = slices.DeleteFunc(log.entries(t), func(e decisionlog.Entry) bool { return e.Method == "" })
 		time.Sleep(5 * time.Millisecond)
 	}
-	if len(reqs) != 2 || reqs[1].Via != "http" || !slices.Equal(reqs[1].Secrets, []string{"LLM_TOKEN"}) {
-		t.Errorf("request entries %+v, want two, each with LLM_TOKEN put in", reqs)
+	if len(reqs) != n {
+		t.Fatalf("request entries %+v, want %d", reqs, n)
 	}
+	return reqs
 }
 
 // TestBrokerUpgrade: a connection upgraded on a secret's host (as a
@@ -640,5 +663,66 @@ func TestBrokerUpgrade(t *testing.T) {
 	}
 	if got := b.up.last(t); got.path != "/upgrade" || got.auth != "Bearer "+realValue {
 		t.Errorf("the upgrade request reached the upstream as %+v", got)
+	}
+}
+
+// TestBrokerProxyPlainHTTP: through the proxy, a plain HTTP request that
+// carries the sentinel of a secret whose host it is gets a 403 and reaches
+// nothing; where cleartext_hosts lets it, the value goes, and the answer,
+// gzipped though the gateway asked for identity, comes back decoded and
+// masked, with no length, twice in a row.
+func TestBrokerProxyPlainHTTP(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("X-Key") + " " + r.Header.Get("Accept-Encoding")
+		zw := gzip.NewWriter(w)
+		w.Header().Set("Content-Encoding", "gzip")
+		fmt.Fprintf(zw, "X-Key was %s", r.Header.Get("X-Key"))
+		zw.Close()
+	}))
+	t.Cleanup(up.Close)
+	host := hostPort("llm.test", serverPort(t, up))
+	for _, cleartext := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cleartext=%v", cleartext), func(t *testing.T) {
+			t.Parallel()
+			s := broker.NewSentinel("LLM_TOKEN")
+			g := newExplicitGateway(t, []string{host}, nil, func(c *Config) {
+				c.Secrets = []SecretHosts{{Name: "LLM_TOKEN", Hosts: rules(t, host)}}
+				if cleartext {
+					c.Secrets[0].Cleartext = rules(t, host)
+				}
+				c.Resolve = resolveBrokerNames
+				c.Issuer = testIssuer(t, "llm.test")
+				if err := c.SetRun(broker.Run{Secrets: []broker.Secret{{Name: "LLM_TOKEN", Sentinel: s, Value: realValue}}}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			client := proxyClient(t, g, nil)
+			if !cleartext {
+				resp, body := do(t, client, "GET", "http://"+host+"/plain", http.Header{"X-Key": {s}})
+				if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "over TLS only: nothing was sent") {
+					t.Errorf("%d %q, want a 403 saying to use https", resp.StatusCode, body)
+				}
+				if e := g.log.waitFor(t, "http", "llm.test"); e.Allowed || e.Status != 403 || !slices.Equal(e.Sentinels, []string{"LLM_TOKEN"}) {
+					t.Errorf("entry %+v, want refused, the sentinel left", e)
+				}
+				select {
+				case v := <-got:
+					t.Errorf("the upstream got a request: %q", v)
+				default:
+				}
+				return
+			}
+			for i := range 2 {
+				resp, body := do(t, client, "GET", "http://"+host+"/plain", http.Header{"X-Key": {s}, "Accept-Encoding": {"gzip"}})
+				if resp.StatusCode != 200 || body != "X-Key was "+maskFor("LLM_TOKEN") || resp.ContentLength != -1 || resp.Header.Get("Content-Encoding") != "" {
+					t.Errorf("request %d: %d %q (length %d, %v), want the echo decoded and masked", i, resp.StatusCode, body, resp.ContentLength, resp.Header)
+				}
+				if v := <-got; v != realValue+" identity" {
+					t.Errorf("request %d: the upstream got %q, want the value, and identity asked", i, v)
+				}
+			}
+		})
 	}
 }

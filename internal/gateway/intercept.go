@@ -9,7 +9,9 @@ package gateway
 // secrets that may go there in place of their sentinels, and sends it on
 // over TLS of its own, to the host the connection was decided for, whose
 // certificate it verifies against the system's roots and the profile's
-// upstream_ca; never skipped. Plain HTTP is served the same, without TLS.
+// upstream_ca; never skipped. Plain HTTP is served the same, without TLS,
+// but a secret's value goes into none of its requests unless the secret's
+// cleartext hosts name the host: a request with its sentinel gets a 403.
 // Each request is logged, with what was put in, left or masked; so is the
 // connection, with its bytes, once it ends.
 
@@ -23,7 +25,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,9 +219,21 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x := &brokered{target: t}
-	x.put, x.left = t.run.brokerHeaders(t.host, t.port, r.Header)
+	b := t.run.brokerHeaders(t.host, t.port, t.tls, r.Header)
+	x.put, x.left = b.put, b.left
 	for _, name := range t.run.sentinelsIn(r.URL.RawQuery + r.URL.EscapedPath()) {
 		x.left = appendOnce(x.left, name)
+	}
+	if len(b.cleartext) > 0 {
+		// A value goes over TLS alone, unless the profile says otherwise
+		// for this host: the request is not sent, its sentinels stay here.
+		e.Allowed, e.Rule, e.Status, e.Sentinels = false, "", http.StatusForbidden, append(x.left, b.cleartext...)
+		e.Reason = cleartextReason(b.cleartext, t.host, t.port)
+		c.record(e)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, c.cleartextHint(t, r, b.cleartext))
+		return
 	}
 	body := &countingBody{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -262,11 +278,27 @@ func (ic *interceptor) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.URL.Host = net.JoinHostPort(strings.Trim(x.target.host, "[]"), strconv.Itoa(int(x.target.port)))
 	pr.Out.Host = pr.In.Host
+	if x.target.run.matcher(x.target.host, x.target.port) != nil {
+		askWhole(pr.Out.Header)
+	}
 }
 
 // RoundTrip sends a request on over HTTP/2 when the sandbox's client spoke
 // it, else over HTTP/1.1, as the client would have.
+// The headers of an informational (1xx) response, which the proxy passes
+// on as it gets them, are masked first.
 func (ic *interceptor) RoundTrip(r *http.Request) (*http.Response, error) {
+	if x := exchangeOf(r); x != nil {
+		if m := x.target.run.matcher(x.target.host, x.target.port); m != nil {
+			// The proxy's own hook runs after this one, on the same map.
+			r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+				Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+					m.maskHeaders(http.Header(h), &x.masked)
+					return nil
+				},
+			}))
+		}
+	}
 	if r.ProtoMajor == 2 {
 		return ic.h2.RoundTrip(r)
 	}
@@ -274,18 +306,12 @@ func (ic *interceptor) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // modifyResponse masks the real values of the secrets that may have gone
-// to the host, in the response's headers and as its body streams.
+// to the host, in the response's headers and as its body streams
+// (maskResponse).
 func (ic *interceptor) modifyResponse(resp *http.Response) error {
 	x := exchangeOf(resp.Request)
-	secrets := x.target.run.values(x.target.host, x.target.port)
-	if len(secrets) == 0 {
-		return nil
-	}
-	maskHeaders(resp.Header, secrets, &x.masked)
-	// An upgraded connection (a WebSocket) carries frames both ways, which
-	// the proxy copies as they are.
-	if resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp.Body = newMasker(gathered(resp), secrets, resp.Trailer, &x.masked)
+	if m := x.target.run.matcher(x.target.host, x.target.port); m != nil {
+		return maskResponse(resp, m, &x.masked)
 	}
 	return nil
 }
@@ -435,6 +461,27 @@ func (c *Config) RequestDenialHint(host string, port uint16, method, path string
 			"then allow the request in the methods and paths of a network.allow rule for " + target + " there, and run `propio-sandbox trust`.\n"
 	}
 	return head + "To allow it, add the method or the path to the network.allow rule for " + target + " in " + where + " (or network.methods, for a rule that names no methods).\n"
+}
+
+// cleartextReason is why a plain HTTP request is refused: it carries the
+// sentinels of secrets that go to host:port over TLS only.
+func cleartextReason(names []string, host string, port uint16) string {
+	return strings.Join(names, ", ") + " may go to " + egress.Suggest(host, port) + " over TLS only, and this request is plain HTTP"
+}
+
+// cleartextHint is what a client is told when a plain HTTP request carries
+// the sentinels of secrets that go to its host over TLS only: nothing was
+// sent; use https, or allow plain HTTP for the host in the profile.
+func (c *Config) cleartextHint(t *target, r *http.Request, names []string) string {
+	target := egress.Suggest(t.host, t.port)
+	where := c.Profile
+	if where == "" {
+		where = "the profile"
+	}
+	return "propio-sandbox gateway: " + r.Method + " " + target + r.URL.Path + " is plain HTTP and carries the sentinel of " + strings.Join(names, ", ") +
+		", whose value goes to " + target + " over TLS only: nothing was sent.\n" +
+		"Use https://" + t.host + r.URL.Path + " instead; or, to send the value in clear (anyone on the way can read it), add the rule of secrets." + names[0] +
+		".hosts that names " + target + " to secrets." + names[0] + ".cleartext_hosts, in a profile of your own (" + where + ").\n"
 }
 
 // countedConn is the sandbox's side of an opened connection: it counts the

@@ -161,7 +161,7 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 	e := c.decideAsk(ctx, conn.RemoteAddr(), "http", host, port)
 	conn.SetDeadline(time.Now().Add(timeout)) // it may have waited for an answer
 	run := c.run.Load()
-	var masking []liveSecret
+	var masking *matcher
 	if e.Allowed && c.intercepts(host, port) {
 		// A request the gateway sees whole: judged by its method and path,
 		// and brokered.
@@ -172,11 +172,26 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 			refuse(conn, http.StatusForbidden, c.RequestDenialHint(host, port, req.Method, req.URL.Path, d))
 			return false
 		}
-		masking = run.values(host, port)
+		masking = run.matcher(host, port)
 	}
-	e.Secrets, e.Sentinels = run.brokerHeaders(host, port, req.Header)
+	b := run.brokerHeaders(host, port, false, req.Header)
+	e.Secrets, e.Sentinels = b.put, b.left
 	for _, name := range run.sentinelsIn(req.URL.RawQuery + req.URL.EscapedPath()) {
 		e.Sentinels = appendOnce(e.Sentinels, name)
+	}
+	if len(b.cleartext) > 0 {
+		// A value goes over TLS alone, unless the profile says otherwise
+		// for this host: the request is not sent.
+		t := &target{host: host, port: port}
+		e.Method, e.Path, e.Secrets, e.Sentinels = req.Method, req.URL.Path, nil, append(e.Sentinels, b.cleartext...)
+		e.Allowed, e.Rule, e.Status = false, "", http.StatusForbidden
+		e.Reason = cleartextReason(b.cleartext, host, port)
+		c.record(e)
+		refuse(conn, http.StatusForbidden, c.cleartextHint(t, req, b.cleartext))
+		return false
+	}
+	if masking != nil {
+		askWhole(req.Header)
 	}
 	if len(e.Secrets)+len(e.Sentinels) > 0 {
 		e.Method, e.Path = req.Method, req.URL.Path // a request the log names whole
@@ -202,9 +217,16 @@ func (c *Config) forward(ctx context.Context, conn net.Conn, req *http.Request, 
 		return false
 	}
 	defer resp.Body.Close()
-	if len(masking) > 0 {
-		maskHeaders(resp.Header, masking, &e.Masked)
-		resp.Body = newMasker(resp.Body, masking, resp.Trailer, &e.Masked)
+	if masking != nil {
+		if err := maskResponse(resp, masking, &e.Masked); err != nil {
+			e.BytesUp, e.BytesDown, e.Error = sent.n, down.n, err.Error()
+			c.record(e)
+			refuse(conn, http.StatusBadGateway, "propio-sandbox gateway: "+err.Error()+"\n")
+			return false
+		}
+		if resp.ContentLength < 0 && resp.Body != http.NoBody {
+			resp.TransferEncoding = []string{"chunked"}
+		}
 	}
 	if e.Method != "" {
 		e.Status = resp.StatusCode

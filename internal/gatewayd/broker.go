@@ -163,17 +163,15 @@ func openedHosts(o *Options) []string {
 }
 
 // ParseSecrets reads --secret NAME=RULE flags into the secrets and their
-// hosts, in the order their names first come.
-func ParseSecrets(flags []string) ([]gateway.SecretHosts, error) {
+// hosts, in the order their names first come, and --secret-cleartext
+// NAME=RULE flags into the hosts each may go to over plain HTTP: a rule of
+// the same secret's --secret, as written.
+func ParseSecrets(flags, cleartext []string) ([]gateway.SecretHosts, error) {
 	var out []gateway.SecretHosts
 	for _, v := range flags {
-		name, text, ok := strings.Cut(v, "=")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("--secret %q: want NAME=RULE", v)
-		}
-		r, err := egress.ParseRule(text)
+		name, r, err := parseSecretFlag("--secret", v)
 		if err != nil {
-			return nil, fmt.Errorf("--secret %s: %w", name, err)
+			return nil, err
 		}
 		i := slices.IndexFunc(out, func(s gateway.SecretHosts) bool { return s.Name == name })
 		if i < 0 {
@@ -182,5 +180,29 @@ func ParseSecrets(flags []string) ([]gateway.SecretHosts, error) {
 		}
 		out[i].Hosts = append(out[i].Hosts, r)
 	}
+	for _, v := range cleartext {
+		name, r, err := parseSecretFlag("--secret-cleartext", v)
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(out, func(s gateway.SecretHosts) bool { return s.Name == name })
+		if i < 0 || !slices.ContainsFunc(out[i].Hosts, func(h egress.Rule) bool { return h.Text == r.Text }) {
+			return nil, fmt.Errorf("--secret-cleartext %s=%s: not a --secret rule of %s", name, r.Text, name)
+		}
+		out[i].Cleartext = append(out[i].Cleartext, r)
+	}
 	return out, nil
+}
+
+// parseSecretFlag reads one NAME=RULE flag.
+func parseSecretFlag(flag, v string) (string, egress.Rule, error) {
+	name, text, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return "", egress.Rule{}, fmt.Errorf("%s %q: want NAME=RULE", flag, v)
+	}
+	r, err := egress.ParseRule(text)
+	if err != nil {
+		return "", egress.Rule{}, fmt.Errorf("%s %s: %w", flag, name, err)
+	}
+	return name, r, nil
 }

@@ -37,11 +37,16 @@ func TestTakesTheRun(t *testing.T) {
 	o := options(t, []string{"llm.test"}, 0, r)
 	o.Log = filepath.Join(t.TempDir(), "log.jsonl")
 	o.Broker = dir
-	if o.Secrets, err = ParseSecrets([]string{"LLM_TOKEN=llm.test", "LLM_TOKEN=llm.test:8443"}); err != nil {
+	if o.Secrets, err = ParseSecrets([]string{"LLM_TOKEN=llm.test", "LLM_TOKEN=llm.test:8443"}, []string{"LLM_TOKEN=llm.test:8443"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(o.Secrets) != 1 || len(o.Secrets[0].Hosts) != 2 {
-		t.Fatalf("ParseSecrets: %+v, want one secret with two hosts", o.Secrets)
+	if len(o.Secrets) != 1 || len(o.Secrets[0].Hosts) != 2 || len(o.Secrets[0].Cleartext) != 1 {
+		t.Fatalf("ParseSecrets: %+v, want one secret with two hosts, one in clear", o.Secrets)
+	}
+	for _, clear := range []string{"LLM_TOKEN=other.test", "OTHER=llm.test", "LLM_TOKEN"} {
+		if _, err := ParseSecrets([]string{"LLM_TOKEN=llm.test"}, []string{clear}); err == nil {
+			t.Errorf("--secret-cleartext %s: no error", clear)
+		}
 	}
 	lines, stop := start(t, o, r)
 	defer stop()
@@ -112,7 +117,7 @@ func TestTakesTheRun(t *testing.T) {
 
 func TestParseSecretsErrors(t *testing.T) {
 	for _, bad := range []string{"NOEQUALS", "=llm.test", "T=*.com"} {
-		if _, err := ParseSecrets([]string{bad}); err == nil {
+		if _, err := ParseSecrets([]string{bad}, nil); err == nil {
 			t.Errorf("ParseSecrets(%q) took it", bad)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/propio/propio-sandbox/internal/fsutil"
 )
@@ -26,17 +27,32 @@ type Item struct {
 	Where  string // where it was put aside, if it was
 }
 
+// String says what was done; the paths, which the sandbox named, are
+// quoted when they hold what a terminal would not print as itself.
 func (it Item) String() string {
-	s := fmt.Sprintf("%s: %s (%s)", filepath.Join(it.Source, it.Path), it.Action, it.Why)
+	s := fmt.Sprintf("%s: %s (%s)", shown(filepath.Join(it.Source, it.Path)), it.Action, shown(it.Why))
 	if it.Where != "" {
-		s += ": now in " + it.Where
+		s += ": now in " + shown(it.Where)
+	}
+	return s
+}
+
+// shown is s as it is when every character prints as itself, else
+// quoted (escapes, bidi controls).
+func shown(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
 	}
 	return s
 }
 
 // Report is what Check did, and what it could not do.
 type Report struct {
-	Items  []Item
+	Items []Item
+	// Named are the files the user's hooks run that the sandbox changed:
+	// left in place (the change may be the work asked for), for the user
+	// to read before git runs the hook.
+	Named  []Item
 	Errors []error
 }
 
@@ -49,6 +65,7 @@ const (
 	Cleaned      = "kept without the settings git would run"
 	SetIDRemoved = "setuid/setgid bits removed"
 	NodeRemoved  = "device node removed"
+	HookRuns     = "changed in the sandbox, and a hook of yours runs it: read it before git runs that hook"
 )
 
 // Check judges, once the sandbox has ended, what it left in the plan's
@@ -78,8 +95,20 @@ func (p Plan) Check(quarantine string) Report {
 			}
 		}
 		c.sweep(rp.Root, rp.Protected)
+		for _, n := range rp.Named {
+			if changed, ok := c.changedBelow(rp.Source, n.Path); ok {
+				c.report.Named = append(c.report.Named, Item{Root: rp.Name, Source: rp.Source, Path: changed, Action: HookRuns, Why: n.Hook + " runs " + n.Path})
+			}
+		}
 	}
 	return c.report
+}
+
+// CheckSince is Check for what changed since a later moment than the
+// plan's start: what one command of a persistent sandbox changed.
+func (p Plan) CheckSince(quarantine string, since time.Time) Report {
+	p.Started = since.Add(-clockSlack)
+	return p.Check(quarantine)
 }
 
 // Sweep judges a root as Check does, for what changed since: it is for
@@ -365,30 +394,91 @@ func (c *checker) config(r Root, rel string) {
 	c.did(r, rel, Cleaned, "it set "+strings.Join(dropped, ", "), dest)
 }
 
-// inProgress puts aside a rebase or cherry-pick left in progress whose
-// list of steps the sandbox changed to run a command (git rebase
-// --continue would run it).
+// operations are the names under which git keeps an operation left in
+// progress (a rebase, am, cherry-pick, revert, merge, bisect or notes
+// merge) and reads it back when the operation is continued; names ending
+// in "*" are prefixes. What they hold makes git run programs: a merge strategy is
+// run as git-merge-NAME, found on PATH or by a path relative to the
+// worktree (rebase-merge/strategy, sequencer/opts' options.strategy), a
+// rebase's steps run commands (exec), am passes apply-opt to git apply,
+// and strategy options go to the strategy.
+var operations = []string{
+	"rebase-merge", "rebase-apply", "sequencer",
+	"MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_AUTOSTASH", "AUTO_MERGE", "SQUASH_MSG",
+	"CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_*", "NOTES_MERGE_*",
+}
+
+// inProgress puts aside the state of each operation left in progress in
+// the git directory gd that changed while the sandbox ran (made, or any
+// file of it written): git on the host never continues an operation with
+// what the sandbox wrote. Nothing of it is judged finer: a built-in
+// strategy name today may be a program's name for another git, and git
+// reads more of an operation's state than any list here would keep up
+// with.
 func (c *checker) inProgress(r Root, gd string) {
-	for _, todo := range []string{"rebase-merge/git-rebase-todo", "sequencer/todo"} {
-		rel := path.Join(gd, todo)
-		if !c.touched(r.Source, rel) {
+	names, err := readDir(r.Source, gd)
+	if err != nil {
+		return
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if !isOperation(n) {
 			continue
 		}
-		data, err := readFile(r.Source, rel)
-		if err == nil && !hasExec(string(data)) {
-			continue
+		rel := path.Join(gd, n)
+		if changed, ok := c.changedBelow(r.Source, rel); ok {
+			why := "git continues the operation left in progress with what it holds (strategies, commands, options)"
+			if changed != rel {
+				why += "; " + changed + " changed"
+			}
+			c.putAside(r, rel, why)
 		}
-		c.putAside(r, path.Dir(rel), "its list of steps runs commands when it is continued")
 	}
 }
 
-// hasExec reports whether a rebase todo list has an exec step.
-func hasExec(todo string) bool {
-	for _, line := range strings.Split(todo, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && (f[0] == "x" || f[0] == "exec") {
+// isOperation reports whether name is one of git's operations' state.
+func isOperation(name string) bool {
+	for _, op := range operations {
+		if prefix, ok := strings.CutSuffix(op, "*"); ok && strings.HasPrefix(name, prefix) || name == op {
 			return true
 		}
 	}
 	return false
+}
+
+// maxBelow bounds the entries changedBelow looks at: past it, what is
+// left counts as changed.
+const maxBelow = 4096
+
+// changedBelow reports whether root/rel, or anything below it, changed
+// since the start (never following a link), and the first path found that
+// did. A tree too large to look through counts as changed.
+func (c *checker) changedBelow(root, rel string) (string, bool) {
+	seen := 0
+	var visit func(rel string, depth int) (string, bool)
+	visit = func(rel string, depth int) (string, bool) {
+		seen++
+		if c.touched(root, rel) {
+			return rel, true
+		}
+		st, err := lstat(root, rel)
+		if err != nil || !st.mode.IsDir() {
+			return "", false
+		}
+		if depth > 16 || seen > maxBelow {
+			return rel, true
+		}
+		names, err := readDir(root, rel)
+		if err != nil {
+			return rel, true
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			if p, ok := visit(path.Join(rel, n), depth+1); ok {
+				return p, true
+			}
+		}
+		return "", false
+	}
+	return visit(rel, 0)
 }

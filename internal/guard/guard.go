@@ -13,9 +13,13 @@
 // busy). What cannot be mounted because it does not exist yet, and every
 // other git directory the sandbox could make or change anywhere below, is
 // judged when the run has ended: Check puts aside (into a quarantine
-// directory, never deleting it) what git would run, keeps what it would
-// not, removes setuid and setgid bits and device nodes the sandbox made, and
-// says what it did.
+// directory, never deleting it) what git would run, among it the state of
+// every operation left in progress (rebase, am, cherry-pick, revert, merge,
+// bisect) that changed, keeps what it would not, removes setuid and setgid
+// bits and device nodes the sandbox made, names the files the user's hooks
+// run by their path that the sandbox changed, and says what it did. A
+// persistent sandbox's exec runs the same check for what changed while
+// its command ran (CheckSince).
 //
 // The guard never runs git, and never follows a symbolic link below a
 // directory the sandbox could write.
@@ -88,8 +92,18 @@ type RootPlan struct {
 	Linked []string `json:"linked,omitempty"`
 	// Configs are the configuration files among the surface.
 	Configs []string `json:"configs,omitempty"`
+	// Named are the files in the root that the user's hooks run by their
+	// path: the sandbox may change them, and the hook would run what it
+	// wrote. Reported when the run ends, never put aside.
+	Named []Named `json:"named,omitempty"`
 	// Notes are what the scan found that the user should know.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Named is a path a hook names.
+type Named struct {
+	Hook string `json:"hook"` // the hook, relative to the root
+	Path string `json:"path"` // a file or directory (a package's) it runs, relative to the root
 }
 
 // Scan finds the executable surface of each root's git directory. It
@@ -142,6 +156,7 @@ func scanRoot(r Root) RootPlan {
 	rp.hookConfigs()
 	slices.Sort(rp.ReadOnly)
 	rp.ReadOnly = slices.Compact(rp.ReadOnly)
+	rp.hookNamed()
 	rp.linked()
 	slices.Sort(rp.Absent)
 	rp.Absent = slices.Compact(rp.Absent)
@@ -282,6 +297,33 @@ func (rp *RootPlan) hookConfigs() {
 	if rp.GitDir == "." {
 		return // a bare repository has no worktree here
 	}
+	for _, hook := range rp.hooks() {
+		data, err := readFile(rp.Source, hook)
+		if err != nil {
+			continue
+		}
+		for _, fw := range hookFrameworks {
+			if !strings.Contains(string(data), fw.marker) {
+				continue
+			}
+			files := slices.Clone(fw.files)
+			for _, m := range preCommitConfig.FindAllStringSubmatch(string(data), -1) {
+				files = append(files, m[1])
+			}
+			for _, f := range files {
+				if rel, ok := rp.inside(top, f); ok && exists(rp.Source, rel) {
+					rp.addFile(rel)
+				}
+			}
+		}
+	}
+}
+
+// hooks are the hooks that the held surface holds, in path order: those
+// of each protected git directory, and of a hooks directory that
+// core.hooksPath names in the root (hooks held read-only: what they are at
+// the start, they are at the end).
+func (rp *RootPlan) hooks() []string {
 	var dirs []string
 	for _, gd := range rp.Protected {
 		dirs = append(dirs, path.Join(gd, "hooks"))
@@ -291,6 +333,7 @@ func (rp *RootPlan) hookConfigs() {
 			dirs = append(dirs, rel) // a core.hooksPath inside the root
 		}
 	}
+	var out []string
 	for _, dir := range dirs {
 		names, err := readDir(rp.Source, dir)
 		if err != nil {
@@ -298,29 +341,12 @@ func (rp *RootPlan) hookConfigs() {
 		}
 		slices.Sort(names)
 		for _, n := range names {
-			if strings.HasSuffix(n, ".sample") {
-				continue
-			}
-			data, err := readFile(rp.Source, path.Join(dir, n))
-			if err != nil {
-				continue
-			}
-			for _, fw := range hookFrameworks {
-				if !strings.Contains(string(data), fw.marker) {
-					continue
-				}
-				files := slices.Clone(fw.files)
-				for _, m := range preCommitConfig.FindAllStringSubmatch(string(data), -1) {
-					files = append(files, m[1])
-				}
-				for _, f := range files {
-					if rel, ok := rp.inside(top, f); ok && exists(rp.Source, rel) {
-						rp.addFile(rel)
-					}
-				}
+			if !strings.HasSuffix(n, ".sample") {
+				out = append(out, path.Join(dir, n))
 			}
 		}
 	}
+	return out
 }
 
 // inside resolves a path from a configuration (relative to dir, or

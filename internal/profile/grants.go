@@ -22,7 +22,14 @@ const (
 	UnsafeCloud        = "cloud-credentials"
 	UnsafeRootUser     = "root-user"
 	UnsafeEnvGlob      = "env-glob"
+	UnsafeSystemWrite  = "system-write"
 )
+
+// SystemPaths are the host's own system directories: a sandbox that may
+// write one of them, or a directory holding one, may change the host's
+// configuration, programs, boot, root's files, the engines' storage or the
+// kernel's interfaces, and so run code as root on the host.
+var SystemPaths = []string{"/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/root", "/var/lib/docker", "/var/lib/containers", "/proc", "/sys", "/dev"}
 
 // DangerousCaps are the capabilities that break a container's isolation,
 // each with what it lets the sandbox do (from capabilities(7) and Docker's
@@ -63,7 +70,7 @@ var EngineDefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "M
 
 // UnsafeNames are the names unsafe accepts, in the schema's order.
 func UnsafeNames() []string {
-	out := []string{UnsafeDockerSocket, UnsafeHostRoot, UnsafeHome, UnsafeSSH, UnsafeGnuPG, UnsafeCloud, UnsafeRootUser, UnsafeEnvGlob}
+	out := []string{UnsafeDockerSocket, UnsafeHostRoot, UnsafeHome, UnsafeSSH, UnsafeGnuPG, UnsafeCloud, UnsafeRootUser, UnsafeEnvGlob, UnsafeSystemWrite}
 	for _, c := range DangerousCaps {
 		out = append(out, c.Name)
 	}
@@ -118,18 +125,25 @@ func (h GrantHost) resolve(p string) (string, bool) {
 	return h.Resolve(p)
 }
 
+// shown is source cleaned, resolved, and as a danger shows it: "SOURCE
+// (RESOLVED)" when they differ.
+func (h GrantHost) shown(source string) (clean, resolved, shown string) {
+	clean = filepath.Clean(source)
+	resolved, _ = h.resolve(clean)
+	shown = clean
+	if resolved != clean {
+		shown = fmt.Sprintf("%s (%s)", clean, resolved)
+	}
+	return clean, resolved, shown
+}
+
 // Dangers says why mounting source (an absolute host path) would undo the
 // sandbox, if it would: the engine's socket or a directory holding it, the
 // host's root, HOME or a parent of it, ~/.ssh, ~/.gnupg, credentials of
 // cloud tools, or what contains those. The host's root stands for all the
 // rest, and HOME for what is inside it except an engine socket.
 func (h GrantHost) Dangers(source string) []Danger {
-	source = filepath.Clean(source)
-	r, _ := h.resolve(source)
-	shown := source
-	if r != source {
-		shown = fmt.Sprintf("%s (%s)", source, r)
-	}
+	source, r, shown := h.shown(source)
 	if r == "/" {
 		return []Danger{{UnsafeHostRoot, shown + " is the host's root directory: the sandbox sees the whole host"}}
 	}
@@ -185,6 +199,28 @@ func (h GrantHost) Dangers(source string) []Danger {
 	return out
 }
 
+// WriteDangers says why mounting source (an absolute host path) with
+// write access would undo the sandbox beyond what Dangers says: it is in a
+// directory of SystemPaths, or holds one. The host's root is Dangers'.
+func (h GrantHost) WriteDangers(source string) []Danger {
+	source, r, shown := h.shown(source)
+	if r == "/" || source == "/" {
+		return nil
+	}
+	const why = ", mounted rw: the sandbox can change the host's own files, and so run code as root on the host"
+	for _, sys := range SystemPaths {
+		switch {
+		case source == sys || r == sys:
+			return []Danger{{UnsafeSystemWrite, shown + " is a system directory of the host" + why}}
+		case fsutil.Within(sys, source) || fsutil.Within(sys, r):
+			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s is in the host's system directory %s%s", shown, sys, why)}}
+		case fsutil.Within(source, sys) || fsutil.Within(r, sys):
+			return []Danger{{UnsafeSystemWrite, fmt.Sprintf("%s holds the host's system directory %s%s", shown, sys, why)}}
+		}
+	}
+	return nil
+}
+
 // found is one dangerous grant found in a profile, before it is judged.
 type found struct {
 	Danger
@@ -223,13 +259,51 @@ func (p *Profile) hostDangers(h GrantHost) []found {
 		if literalRoot(m.Source) {
 			continue
 		}
-		src := Expand(m.Source, vars)
-		if !filepath.IsAbs(src) {
-			src = filepath.Join(m.Dir, src)
+		src := m.hostPath(vars)
+		ds := h.Dangers(src)
+		if m.Mode == ModeRW {
+			ds = append(ds, h.WriteDangers(src)...)
 		}
-		for _, d := range h.Dangers(src) {
+		for _, d := range ds {
 			out = append(out, found{Danger: d, path: []string{"mounts", strconv.Itoa(i), "source"}})
 		}
+	}
+	return out
+}
+
+// hostPath is the mount's source on the host: variables expanded, a
+// relative one from the directory of the file that declared it.
+func (m Mount) hostPath(vars Vars) string {
+	src := Expand(m.Source, vars)
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(m.Dir, src)
+	}
+	return src
+}
+
+// WritesOutside says, a line per mount, which mounts of p in mode rw have
+// a source outside the workspace (resolved on h): the sandbox writes
+// those host paths themselves, with nothing to review before. trust shows
+// each as a warning.
+func (p *Profile) WritesOutside(h GrantHost) []string {
+	vars := Vars{Workspace: h.Workspace, Home: h.Home, PropioHome: h.PropioHome}
+	ws, _ := h.resolve(h.Workspace)
+	var out []string
+	for i, m := range p.Mounts {
+		if m.Mode != ModeRW {
+			continue
+		}
+		src := m.hostPath(vars)
+		r, _ := h.resolve(src)
+		if h.Workspace != "" && (fsutil.Within(h.Workspace, src) && fsutil.Within(ws, r)) {
+			continue
+		}
+		shown := src
+		if r != src {
+			shown = fmt.Sprintf("%s (%s)", src, r)
+		}
+		path := []string{"mounts", strconv.Itoa(i), "source"}
+		out = append(out, fmt.Sprintf("%s (%s): %s is mounted rw, outside the workspace: the sandbox writes it on the host, with no changeset to review", fieldPath(path), p.Pos(path...), shown))
 	}
 	return out
 }

@@ -452,3 +452,61 @@ func TestGrantsBuildContext(t *testing.T) {
 		t.Errorf("a built-in with PROPIO_HOME at HOME: %v", err)
 	}
 }
+
+// TestSystemWrite: an rw mount of a system directory, in one or holding
+// one, is the unsafe grant system-write; read-only or changeset, it is
+// not. A repository profile never makes it; a profile of the user's that
+// names it in unsafe does.
+func TestSystemWrite(t *testing.T) {
+	t.Parallel()
+	host := profile.GrantHost{} // paths as written: no host's links
+	for source, want := range map[string]string{
+		"/etc":                   "is a system directory",
+		"/etc/cron.d":            "system directory /etc",
+		"/usr/local/bin":         "system directory /usr",
+		"/boot":                  "is a system directory",
+		"/sbin/init":             "system directory /sbin",
+		"/root":                  "is a system directory",
+		"/var/lib/docker":        "is a system directory",
+		"/var/lib/containers/st": "system directory /var/lib/containers",
+		"/var":                   "holds the host's system directory /var/lib/docker",
+		"/var/lib":               "holds the host's system directory /var/lib/docker",
+		"/proc":                  "is a system directory",
+		"/sys/fs/cgroup":         "system directory /sys",
+		"/dev/kvm":               "system directory /dev",
+		"/etc/../srv":            "",
+		"/var/tmp":               "",
+		"/srv/data":              "",
+		"/":                      "", // host-root's
+	} {
+		ds := host.WriteDangers(source)
+		switch {
+		case want == "" && len(ds) > 0:
+			t.Errorf("WriteDangers(%s) = %v, want none", source, ds)
+		case want != "" && (len(ds) != 1 || ds[0].Name != profile.UnsafeSystemWrite || !strings.Contains(ds[0].What, want)):
+			t.Errorf("WriteDangers(%s) = %v, want system-write saying %q", source, ds, want)
+		}
+	}
+
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{
+		"cfg/mine.yaml":           "image: a\nmounts: [{source: /usr/share, target: /s, mode: rw}]\nunsafe: [system-write]\n",
+		"ws/.propio/sandbox.yaml": "extends: mine\nmounts:\n  - {source: /etc, target: /host-etc, mode: rw}\n  - {source: /var/lib/docker, target: /d, mode: rw, optional: true}\n  - {source: /etc, target: /etc-ro}\n  - {source: /etc, target: /etc-cs, mode: changeset}\n",
+	})
+	ws := filepath.Join(dir, "ws")
+	p, err := profile.Locations{ConfigDir: filepath.Join(dir, "cfg"), Workspace: ws}.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted, err := p.Grants(profile.GrantHost{Workspace: ws, Resolve: fsutil.Resolve})
+	want := []string{".propio/sandbox.yaml:3:14 mounts[1].source repo system-write", ".propio/sandbox.yaml:4:14 mounts[2].source repo system-write"}
+	if got := grantProblems(t, err, dir); !slices.Equal(got, want) {
+		t.Errorf("problems %q, want %q", got, want)
+	}
+	if len(granted) != 1 || granted[0].Name != profile.UnsafeSystemWrite || granted[0].Field != "mounts[0].source" {
+		t.Errorf("granted %+v, want the user profile's rw mount of /usr/share", granted)
+	}
+}

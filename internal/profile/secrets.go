@@ -10,10 +10,13 @@ import (
 // Secret is one entry of secrets: the variable it is keyed by holds a
 // sentinel inside the sandbox, and the allowlist gateway puts the value,
 // read From the host at launch, in the sentinel's place in the headers of
-// requests to Hosts, and nowhere else. This package never reads the value.
+// requests to Hosts that it sends over TLS, and nowhere else: into plain
+// HTTP requests only to those of Hosts that Cleartext names as well. This
+// package never reads the value.
 type Secret struct {
-	From  SecretSource `yaml:"from"`
-	Hosts []Rule       `yaml:"hosts"`
+	From      SecretSource `yaml:"from"`
+	Hosts     []Rule       `yaml:"hosts"`
+	Cleartext []Rule       `yaml:"cleartext_hosts,omitempty"`
 	// Dir is the directory of the profile file that set From: a relative
 	// From.File starts there. Empty for a built-in.
 	Dir string `yaml:"-"`
@@ -138,6 +141,12 @@ func (p *Profile) checkSecrets(add func(msg, hint string, path ...string)) {
 					append(slices.Clone(at), "hosts", idx)...)
 			case r.limits:
 				add("a secret's hosts are rules without methods or paths", "limit the requests in network.allow", append(slices.Clone(at), "hosts", idx)...)
+			}
+		}
+		for i, r := range s.Cleartext {
+			if !slices.ContainsFunc(s.Hosts, func(h Rule) bool { return h.Text == r.Text }) {
+				add(fmt.Sprintf("%q is not one of the secret's hosts", r.Text), "write it in hosts too, as it is written here: cleartext_hosts only lets a host of the secret have its value over plain HTTP",
+					append(slices.Clone(at), "cleartext_hosts", strconv.Itoa(i))...)
 			}
 		}
 	}

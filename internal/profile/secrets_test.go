@@ -131,6 +131,13 @@ func TestSecretsInvalid(t *testing.T) {
 				`4:40: secrets.T.hosts[1]: "a.test:0": port "0" is not a number from 1 to 65535`,
 			},
 		},
+		"cleartext hosts not among the hosts": {
+			yaml: "image: a\nnetwork: {mode: allowlist}\nsecrets:\n  T: {from: {env: X}, hosts: [a.test], cleartext_hosts: [a.test, b.test, \"a.test:80\"]}\n",
+			want: []string{
+				`4:66: secrets.T.cleartext_hosts[1]: "b.test" is not one of the secret's hosts`,
+				`4:74: secrets.T.cleartext_hosts[2]: "a.test:80" is not one of the secret's hosts`,
+			},
+		},
 		"a command in a repository profile": {
 			yaml: "image: a\nnetwork: {mode: allowlist}\nsecrets:\n  T: {from: {command: [cat, /etc/shadow]}, hosts: [a.test]}\n",
 			ws:   true,

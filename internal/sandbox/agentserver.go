@@ -124,7 +124,8 @@ func (a *AgentServer) Decide(req ask.Request) ask.Answer {
 	if !ok {
 		return refuse(errNoHandler(req.Kind))
 	}
-	if err := a.Handlers.check(req); err != nil {
+	req, err := a.Handlers.check(req)
+	if err != nil {
 		return refuse(err)
 	}
 	o := a.Broker.Ask(a.ctx, req)
@@ -292,7 +293,7 @@ func (s *launch) requestHandlers(proj *types.Project, ports *Ports, askDir strin
 	if m, ok := LaunchMounts(s.rt, proj, s.Env, s.Profile, askDir); ok {
 		s.mounts = m
 		hs.Register(ask.KindMount, m.Handle)
-		hs.Check(ask.KindMount, m.Check)
+		hs.Resolve(ask.KindMount, m.Resolve)
 	}
 	return hs
 }

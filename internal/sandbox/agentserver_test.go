@@ -219,3 +219,44 @@ func TestResizerBounds(t *testing.T) {
 		}
 	}
 }
+
+// A request's resolver says what it comes to before anyone is asked: the
+// approver is shown that, the handler carries out that, and the log
+// records it; what the agent wrote in its place is dropped.
+func TestAgentRequestResolved(t *testing.T) {
+	f := newAgentFixture(t, "mount")
+	handled := make(chan ask.Request, 1)
+	f.srv.Handlers.Register(ask.KindMount, func(_ context.Context, req ask.Request) (map[string]any, error) {
+		handled <- req
+		return map[string]any{"path": "/run/propio-sandbox/mounts/data"}, nil
+	})
+	f.srv.Handlers.Resolve(ask.KindMount, func(req ask.Request) (ask.Request, error) {
+		if req.Mount.Resolved != "" {
+			return req, errors.New("the agent's resolved path reached the resolver")
+		}
+		mo := *req.Mount
+		mo.Resolved = "/srv/data"
+		req.Mount = &mo
+		return req, nil
+	})
+	shown := make(chan ask.Request, 1)
+	f.approve(t, func(r ask.Request) ask.Decision {
+		shown <- r
+		return ask.Decision{Action: ask.Allow, Scope: ask.ScopeOnce}
+	})
+	a := f.post(t, `{"kind":"mount","mount":{"source":"~/data","resolved":"/elsewhere"},"reason":"fixtures"}`)
+	if a.Decision != ask.Allow || a.Error != "" {
+		t.Fatalf("answer %+v", a)
+	}
+	const want = "~/data → /srv/data"
+	if r := <-shown; r.What() != want {
+		t.Errorf("the approver was shown %q, want %q", r.What(), want)
+	}
+	if r := <-handled; r.Mount.Resolved != "/srv/data" {
+		t.Errorf("the handler got %+v", r.Mount)
+	}
+	entries, err := decisionlog.Read(f.logPath)
+	if err != nil || len(entries) != 1 || entries[0].Asked != want {
+		t.Fatalf("log %v %+v; want it to have asked %q", err, entries, want)
+	}
+}

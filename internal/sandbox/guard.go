@@ -27,6 +27,15 @@ func (e *GuardError) Unwrap() error { return e.Err }
 // reportCheck says what the guard did and forgets the plan; what could not
 // be done is a *GuardError.
 func reportCheck(r Reporter, plan guard.Plan, rep guard.Report, dirs hostinfo.Dirs) error {
+	if err := reported(r, plan, rep, dirs); err != nil {
+		return err
+	}
+	return guard.Done(dirs.GuardDir(), plan.Project)
+}
+
+// reported says what the guard did; what it could not do is a
+// *GuardError.
+func reported(r Reporter, plan guard.Plan, rep guard.Report, dirs hostinfo.Dirs) error {
 	Guarded(r, rep, dirs.QuarantineDir())
 	if err := rep.Err(); err != nil {
 		where := "the workspace"
@@ -35,7 +44,7 @@ func reportCheck(r Reporter, plan guard.Plan, rep guard.Report, dirs hostinfo.Di
 		}
 		return &GuardError{Project: plan.Project, Where: where, Err: err}
 	}
-	return guard.Done(dirs.GuardDir(), plan.Project)
+	return nil
 }
 
 // guardCheck is the end-of-run check of one launch, started as soon as the
@@ -166,8 +175,12 @@ func launchStates(list []Sandbox) ([]Sandbox, error) {
 	return out, nil
 }
 
-// Guarded says what the guard did, if it did anything.
+// Guarded says what the guard did, if it did anything, and which files
+// the user's hooks run the sandbox changed.
 func Guarded(r Reporter, rep guard.Report, quarantine string) {
+	for _, it := range rep.Named {
+		r.Warn(it.String())
+	}
 	if len(rep.Items) == 0 {
 		return
 	}

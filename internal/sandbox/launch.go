@@ -296,7 +296,11 @@ func (l *Launch) checkGrants(engineHost string) error {
 	}
 	extra, _ := hostinfo.ExtraMounts(os.LookupEnv) // a bad one is refused with the project
 	for _, m := range extra {
-		for _, d := range host.Dangers(m.Source) {
+		ds := host.Dangers(m.Source)
+		if !m.ReadOnly {
+			ds = append(ds, host.WriteDangers(m.Source)...)
+		}
+		for _, d := range ds {
 			l.Report.Warn(fmt.Sprintf("unsafe grant %s: %s mounts %s at %s: %s", d.Name, hostinfo.EnvMounts, m.Source, m.Target, d.What))
 		}
 	}

@@ -128,8 +128,22 @@ type mountPlan struct {
 // Check judges a mount request before the user is asked: an error wrapping
 // ErrMountRefused says why it is refused without asking.
 func (m *Mounts) Check(req ask.Request) error {
-	_, err := m.plan(req)
+	_, err := m.Resolve(req)
 	return err
+}
+
+// Resolve judges a mount request before the user is asked (a
+// RequestResolver), and returns it with the host path it would copy in
+// Mount.Resolved: what the user is shown, and what Handle copies.
+func (m *Mounts) Resolve(req ask.Request) (ask.Request, error) {
+	pl, err := m.plan(req)
+	if err != nil {
+		return req, err
+	}
+	mo := *req.Mount
+	mo.Resolved = pl.source
+	req.Mount = &mo
+	return req, nil
 }
 
 // Handle carries out a mount request the user allowed (a RequestHandler):
@@ -141,6 +155,9 @@ func (m *Mounts) Handle(ctx context.Context, req ask.Request) (map[string]any, e
 	pl, err := m.plan(req)
 	if err != nil {
 		return nil, err
+	}
+	if shown := req.Mount.Resolved; shown != "" && shown != pl.source {
+		return nil, refused("%s is %s now, not the %s you were shown: nothing was copied", req.Mount.Source, pl.source, shown)
 	}
 	budget := m.c.Max
 	key := pl.name
@@ -199,14 +216,28 @@ func (m *Mounts) plan(req ask.Request) (mountPlan, error) {
 	return pl, m.checkWrite(pl)
 }
 
+// kernelDirs are the kernel's views of the host, whose files are not what
+// stat says of them (a process's environment, the host's devices): never
+// copied, whatever holds them.
+var kernelDirs = []string{"/proc", "/sys", "/dev"}
+
 // source resolves a request's source, and refuses what must never be
-// copied.
+// copied. The source must name the path it copies plainly: no ., .. or
+// empty segment, and no symbolic link anywhere in it (the refusal names
+// the path it leads to, which the agent may ask for instead), so that what
+// the user is shown is what is copied.
 func (m *Mounts) source(s string) (string, error) {
 	if rest, ok := strings.CutPrefix(s, "~/"); ok && m.c.Host.Home != "" {
+		if seg := uncleanSegment("/" + rest); seg != "" {
+			return "", refused("mount.source %q is not a plain path (%s in it): ask for the path itself", s, seg)
+		}
 		s = filepath.Join(m.c.Host.Home, rest)
 	}
 	if !filepath.IsAbs(s) {
 		return "", refused("mount.source %q is not an absolute host path", s)
+	}
+	if seg := uncleanSegment(s); seg != "" {
+		return "", refused("mount.source %q is not a plain path (%s in it): ask for the path itself (%s)", s, seg, filepath.Clean(s))
 	}
 	s = filepath.Clean(s)
 	if ds := m.c.Host.Dangers(s); len(ds) > 0 {
@@ -215,6 +246,17 @@ func (m *Mounts) source(s string) (string, error) {
 	r, exists := fsutil.Resolve(s)
 	if !exists {
 		return "", refused("%s does not exist", s)
+	}
+	for _, k := range kernelDirs {
+		if fsutil.Within(k, s) || fsutil.Within(k, r) {
+			return "", refused("%s is in %s, the kernel's view of the host: never copied", r, k)
+		}
+	}
+	if r != s {
+		return "", refused("%s goes through a symbolic link, to %s: ask for that path, which is what you are shown", s, r)
+	}
+	if kfs := kernelFS(r); kfs != "" {
+		return "", refused("%s is on a %s file system, the kernel's view of the host: never copied", r, kfs)
 	}
 	if ws := m.c.Host.Workspace; ws != "" {
 		rws, _ := fsutil.Resolve(ws)
@@ -235,6 +277,25 @@ func (m *Mounts) source(s string) (string, error) {
 		return "", refused("%s is hidden by workspace.hide %q", s, p)
 	}
 	return r, nil
+}
+
+// uncleanSegment returns the first segment of the absolute path p that
+// makes it name its file other than plainly ("." or "..", or "//" for an
+// empty one), or "" when there is none. A final / is allowed.
+func uncleanSegment(p string) string {
+	body := strings.TrimSuffix(strings.TrimPrefix(p, "/"), "/")
+	if body == "" {
+		return ""
+	}
+	for _, seg := range strings.Split(body, "/") {
+		switch seg {
+		case "":
+			return "//"
+		case ".", "..":
+			return seg
+		}
+	}
+	return ""
 }
 
 // hidden returns the hide pattern naming a file that a segment of p

@@ -89,6 +89,91 @@ func TestMountRefusals(t *testing.T) {
 	}
 }
 
+// A source that names its path other than plainly (., .., //, a symbolic
+// link anywhere in it) is refused, naming the path it leads to; the
+// kernel's views of the host (/proc, /sys, /dev, and their file systems
+// mounted elsewhere) are refused as such. What is allowed is asked and
+// copied as the path it resolves to.
+func TestMountSourceResolved(t *testing.T) {
+	c, data := mountHost(t)
+	ws := c.Host.Workspace
+	outside := filepath.Join(filepath.Dir(c.Host.Home), "etc")
+	if err := os.MkdirAll(outside, 0o755); err != nil || os.WriteFile(filepath.Join(outside, "shadow"), []byte("host secret"), 0o644) != nil {
+		t.Fatal("making a directory outside:", err)
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "test-fixtures")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(data, filepath.Join(c.Host.Home, "data-link")); err != nil {
+		t.Fatal(err)
+	}
+	dotdot := filepath.Join(data, "sub") + "/" + strings.Repeat("sub/../", 40) + "../../../etc"
+	m := NewMounts(c)
+	for name, tc := range map[string]struct {
+		source string
+		want   string
+	}{
+		"link in the workspace": {filepath.Join(ws, "test-fixtures"), "goes through a symbolic link, to " + outside},
+		"link below it":         {filepath.Join(ws, "test-fixtures", "shadow"), "to " + filepath.Join(outside, "shadow")},
+		"link in HOME":          {"~/data-link/sub", "to " + filepath.Join(data, "sub")},
+		"dot-dot":               {dotdot, "(.. in it)"},
+		"dot-dot in ~/":         {"~/data/../data", "(.. in it)"},
+		"dot":                   {data + "/./sub", "(. in it)"},
+		"double slash":          {data + "//sub", "(// in it)"},
+		"proc":                  {"/proc", "in /proc"},
+		"proc self environ":     {"/proc/self/environ", "in /proc"},
+		"sys":                   {"/sys/kernel", "in /sys"},
+		"dev":                   {"/dev/null", "in /dev"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := m.Resolve(mountReq(tc.source, "", false))
+			if !errors.Is(err, ErrMountRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Resolve(%s): %v; want refused, saying %q", tc.source, err, tc.want)
+			}
+		})
+	}
+	t.Run("the kernel's file systems wherever they are", func(t *testing.T) {
+		if _, err := os.Stat("/proc/self"); err != nil {
+			t.Skip("no /proc here")
+		}
+		if got := kernelFS("/proc/self"); got != "proc" {
+			t.Errorf("kernelFS(/proc/self) = %q, want proc", got)
+		}
+		if got := kernelFS(data); got != "" {
+			t.Errorf("kernelFS(%s) = %q, want none", data, got)
+		}
+	})
+	t.Run("allowed", func(t *testing.T) {
+		for source, want := range map[string]string{
+			data + "/sub/": filepath.Join(data, "sub"),
+			"~/data":       data,
+			data:           data,
+		} {
+			req, err := m.Resolve(mountReq(source, "", false))
+			if err != nil || req.Mount.Resolved != want || req.Mount.Source != source {
+				t.Errorf("Resolve(%s) = %+v, %v; want it resolved to %s", source, req.Mount, err, want)
+			}
+		}
+	})
+}
+
+// The agent never says what its request resolves to; Handle copies only
+// what the user was shown.
+func TestMountHandleCopiesWhatWasShown(t *testing.T) {
+	c, data := mountHost(t)
+	rt := &entryRuntime{}
+	c.Runtime, c.Volume = rt, backend.Volume{Name: "p_requests-mounts"}
+	a, err := ask.ParseAgentAsk([]byte(`{"kind":"mount","mount":{"source":"` + data + `","resolved":"/elsewhere"},"reason":"x"}`))
+	if err != nil || a.Mount.Resolved != "" {
+		t.Fatalf("ParseAgentAsk kept the agent's resolved path: %+v, %v", a.Mount, err)
+	}
+	req := mountReq(data, "", false)
+	req.Mount.Resolved = filepath.Join(data, "sub")
+	if _, err := NewMounts(c).Handle(context.Background(), req); !errors.Is(err, ErrMountRefused) || !strings.Contains(err.Error(), "you were shown") {
+		t.Errorf("Handle of a request shown as another path: %v", err)
+	}
+}
+
 // A hard link to a key inside the directory asked for is refused too.
 func TestMountRefusesOtherNameOfKey(t *testing.T) {
 	c, data := mountHost(t)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/guard"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
 
@@ -29,6 +30,9 @@ type ExecRequest struct {
 	// are one).
 	TTY     bool
 	Streams Streams
+	// Report (required) says what the guard did once the command has
+	// ended.
+	Report Reporter
 }
 
 // EnvExec names, in the environment of each command exec runs, which
@@ -79,10 +83,43 @@ func Exec(ctx context.Context, req ExecRequest) (int, error) {
 		// goes in.
 		go signalExec(rec, id, sig)
 	}
-	return execIn(ctx, rec, execIO{
+	start := time.Now()
+	code, err := execIn(ctx, rec, execIO{
 		Command: req.Command, Env: []string{EnvExec + "=" + id}, TTY: req.TTY, WorkDir: rec.WorkDir(req.Workspace),
 		In: req.Streams.In, Out: req.Streams.Out, Err: req.Streams.Err, Signal: signalled,
 	})
+	gerr := checkExec(req.Report, req.Dirs, rec.Project, start)
+	switch {
+	case gerr == nil:
+	case err == nil:
+		err = gerr
+	default:
+		req.Report.Failed(gerr)
+	}
+	return code, err
+}
+
+// checkExec judges, once a command exec ran has ended, what changed in
+// the persistent sandbox's directories since it started, as the end of a
+// run does (the rest of the held surface stays held between commands):
+// the host's git, run between two execs, runs nothing it wrote. The
+// supervisor's plan stays saved for its own check when the sandbox stops.
+// What a process the command left running writes afterwards is judged by
+// the next exec's check, for what changes while it runs, and by stop.
+func checkExec(r Reporter, dirs hostinfo.Dirs, project string, since time.Time) error {
+	plans, err := guard.Pending(dirs.GuardDir())
+	if err != nil {
+		return err
+	}
+	for _, plan := range plans {
+		if plan.Project != project {
+			continue
+		}
+		if err := reported(r, plan, plan.CheckSince(dirs.QuarantineDir(), since), dirs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // holdExecBusy takes the busy file's lock, shared, for as long as the command

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,7 +55,10 @@ type Ports struct {
 	// fixed are the ports the profile's ports publish already, to the host
 	// address and port it said.
 	fixed map[int]string
-	dir   string // the relays' directory on the host (0700)
+	// engine are the ports an engine's API listens on (enginePorts): never
+	// published, lest a server of the sandbox pose as the engine.
+	engine map[int]bool
+	dir    string // the relays' directory on the host (0700)
 
 	ctx    context.Context // ends with Close: the forwards stop
 	cancel context.CancelFunc
@@ -128,6 +132,12 @@ func (p *Ports) reserve(port int) error {
 func (p *Ports) refusal(port int) error {
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("port %d is not a port: want 1 to 65535", port)
+	}
+	if port < 1024 {
+		return fmt.Errorf("port %d is privileged on the host, where a server of the sandbox would pose as the host's own: serve on a port of 1024 or above inside, and ask for that", port)
+	}
+	if p.engine[port] {
+		return fmt.Errorf("port %d is a container engine's API port, where a server of the sandbox would pose as the engine: serve on another port inside, and ask for that", port)
 	}
 	switch pub, ok := p.open[port]; {
 	case p.closed:
@@ -267,10 +277,11 @@ func (s *launch) newPorts(project *types.Project) *Ports {
 		rt: s.rt, project: project.Name,
 		labels: withLabels(svc.Labels, launcherLabels(project.Name)),
 		user:   user, keepID: s.facts.KeepID, local: s.facts.Local,
-		image: s.relayImage,
-		fixed: fixed,
-		dir:   filepath.Join(s.Env.Dirs.State, "ports", project.Name),
-		open:  map[int]*published{},
+		image:  s.relayImage,
+		fixed:  fixed,
+		engine: enginePorts(s.host),
+		dir:    filepath.Join(s.Env.Dirs.State, "ports", project.Name),
+		open:   map[int]*published{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p
@@ -296,4 +307,19 @@ func (s *launch) relayImage(ctx context.Context) (string, error) {
 		return "", gatewayError{err}
 	}
 	return tag, s.rt.BuildImage(ctx, tag, bctx)
+}
+
+// enginePorts are the ports a container engine's API listens on: Docker's
+// 2375 and 2376, and the port of host (DOCKER_HOST's, as the engine was
+// found) when it is a TCP address.
+func enginePorts(host string) map[int]bool {
+	out := map[int]bool{2375: true, 2376: true}
+	u, err := url.Parse(host)
+	if err != nil || u.Scheme == "unix" || u.Scheme == "npipe" {
+		return out
+	}
+	if n, err := strconv.Atoi(u.Port()); err == nil {
+		out[n] = true
+	}
+	return out
 }

@@ -50,10 +50,11 @@ func fakePorts(t *testing.T) (*Ports, *fakeRuntime) {
 	p := &Ports{
 		rt: f, project: "demo", labels: map[string]string{backend.LabelProject: "demo"},
 		user: "1000:1000", local: true,
-		image: func(context.Context) (string, error) { return gatewayImage, nil },
-		fixed: map[int]string{8443: "127.0.0.1:8443"},
-		dir:   filepath.Join(dir, "demo"),
-		open:  map[int]*published{},
+		image:  func(context.Context) (string, error) { return gatewayImage, nil },
+		fixed:  map[int]string{8443: "127.0.0.1:8443"},
+		engine: enginePorts("tcp://127.0.0.1:12375"),
+		dir:    filepath.Join(dir, "demo"),
+		open:   map[int]*published{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	t.Cleanup(func() {
@@ -137,6 +138,11 @@ func TestPortPublish(t *testing.T) {
 		{8443, "by the profile's ports"},
 		{0, "not a port"},
 		{65536, "not a port"},
+		{80, "privileged on the host"},
+		{1023, "privileged on the host"},
+		{2375, "engine's API port"},
+		{2376, "engine's API port"},
+		{12375, "engine's API port"}, // DOCKER_HOST's
 	} {
 		if err := p.Check(ask.Request{Kind: "port", Port: tc.port}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Check port %d: error %v, want %q", tc.port, err, tc.want)
@@ -211,5 +217,25 @@ func TestPortRemoteEngine(t *testing.T) {
 	p.local = false
 	if _, err := p.Handle(context.Background(), ask.Request{Kind: "port", Port: 3000}); err == nil || !strings.Contains(err.Error(), "not run on this host") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+func TestEnginePorts(t *testing.T) {
+	for host, want := range map[string][]int{
+		"unix:///var/run/docker.sock": {2375, 2376},
+		"tcp://10.0.0.5:4243":         {2375, 2376, 4243},
+		"tcp://[::1]:2377":            {2375, 2376, 2377},
+		"ssh://me@host.test":          {2375, 2376},
+		"":                            {2375, 2376},
+	} {
+		got := enginePorts(host)
+		if len(got) != len(want) {
+			t.Errorf("enginePorts(%q) = %v, want %v", host, got, want)
+		}
+		for _, p := range want {
+			if !got[p] {
+				t.Errorf("enginePorts(%q) = %v, want %v", host, got, want)
+			}
+		}
 	}
 }

@@ -19,9 +19,10 @@ type RequestHandler func(ctx context.Context, req ask.Request) (result map[strin
 // Handlers are the RequestHandlers of a launch's request server, by kind.
 // The zero value is empty and ready; it is safe for concurrent use.
 type Handlers struct {
-	mu     sync.RWMutex
-	m      map[string]RequestHandler
-	checks map[string]RequestCheck
+	mu        sync.RWMutex
+	m         map[string]RequestHandler
+	checks    map[string]RequestCheck
+	resolvers map[string]RequestResolver
 }
 
 // Register makes h the handler of kind, replacing any before it.
@@ -74,13 +75,36 @@ func (hs *Handlers) Check(kind string, c RequestCheck) {
 	hs.checks[kind] = c
 }
 
-// check runs the check of req's kind, if it has one.
-func (hs *Handlers) check(req ask.Request) error {
-	hs.mu.RLock()
-	c := hs.checks[req.Kind]
-	hs.mu.RUnlock()
-	if c == nil {
-		return nil
+// A RequestResolver is a RequestCheck that also says what the request
+// comes to on the host (a mount's resolved path, in Mount.Resolved): the
+// request it returns is the one the user is asked, the log records and the
+// handler carries out.
+type RequestResolver func(req ask.Request) (ask.Request, error)
+
+// Resolve makes r the resolver of kind's requests before they are asked,
+// after its check.
+func (hs *Handlers) Resolve(kind string, r RequestResolver) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.resolvers == nil {
+		hs.resolvers = map[string]RequestResolver{}
 	}
-	return c(req)
+	hs.resolvers[kind] = r
+}
+
+// check runs the check and the resolver of req's kind, those it has, and
+// returns req as the user is to be asked it.
+func (hs *Handlers) check(req ask.Request) (ask.Request, error) {
+	hs.mu.RLock()
+	c, r := hs.checks[req.Kind], hs.resolvers[req.Kind]
+	hs.mu.RUnlock()
+	if c != nil {
+		if err := c(req); err != nil {
+			return req, err
+		}
+	}
+	if r == nil {
+		return req, nil
+	}
+	return r(req)
 }

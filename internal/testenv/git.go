@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -44,5 +45,32 @@ func UseHostGit(tb testing.TB, dir, home, mark string) {
 	}
 	if _, err := os.Stat(mark); err == nil {
 		tb.Fatalf("the host's git ran a command the sandbox wrote (%s exists)", mark)
+	}
+}
+
+// DivergedRepo makes the repository at dir (its branch main checked out)
+// diverge: a branch side of two commits, A (which changes f as main then
+// does) and B (a new file), and a commit on main. A rebase or cherry-pick
+// of side onto main stops at A, and what follows B runs the merge
+// strategy. git runs with GitEnv(home).
+func DivergedRepo(tb testing.TB, dir, home string) {
+	tb.Helper()
+	for _, step := range [][]string{
+		{"write", "f", "base\n"}, {"add", "f"}, {"commit", "-qm", "base"},
+		{"checkout", "-qb", "side"}, {"write", "f", "a\n"}, {"commit", "-qam", "A"},
+		{"write", "g", "b\n"}, {"add", "g"}, {"commit", "-qm", "B"},
+		{"checkout", "-q", "main"}, {"write", "f", "m\n"}, {"commit", "-qam", "m"},
+	} {
+		if step[0] == "write" {
+			if err := os.WriteFile(filepath.Join(dir, step[1]), []byte(step[2]), 0o644); err != nil {
+				tb.Fatal(err)
+			}
+			continue
+		}
+		cmd := exec.Command("git", step...)
+		cmd.Dir, cmd.Env = dir, GitEnv(home)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("git %v in %s: %v\n%s", step, dir, err, out)
+		}
 	}
 }

@@ -48,7 +48,13 @@ function what(r) {
       if (x.pids) parts.push("pids " + x.pids);
       return "resources " + parts.join(", ");
     }
-    case "mount": return "mount " + ((r.mount || {}).source || "") + ((r.mount || {}).write ? ", write" : "");
+    case "mount": {
+      // The path the launcher copies (resolved), beside the one asked for
+      // when they differ: MountAsk.Path.
+      const m = r.mount || {}, src = m.source || "", res = m.resolved || "";
+      const path = !res ? src : res === src ? res : src + " \u2192 " + res;
+      return "mount " + path + (m.target ? " at " + m.target : "") + (m.write ? ", write" : "");
+    }
   }
   return dest(r.host, r.port);
 }
