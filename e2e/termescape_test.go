@@ -74,12 +74,7 @@ func TestTerminalEscapes(t *testing.T) {
 	tmux := tmuxPath(t)
 	in := newInternet(t)
 	s := newSandbox(t)
-	rt, err := os.MkdirTemp("", "termesc-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	s.Env = append(s.Env, "XDG_RUNTIME_DIR="+rt)
+	s.RuntimeDir()
 
 	// The profiles are a repository's, in a directory whose name holds the
 	// attack: ls and changes show their path.
