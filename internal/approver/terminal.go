@@ -137,10 +137,12 @@ func (s *Screen) View() []string {
 		if itemKey(it) == s.sel {
 			mark = "> "
 		}
-		add("%s%s %-7s %-18s %s", mark, s.what(r, 2, 1+7+1+18+1+24), inert(r.Via), inert(r.Project), inert(r.Reason))
 		what, why := inert(r.What()), inert(r.Reason)
-		if mark == "> " && s.Width > 0 && 2+max(28, termsafe.Width(what))+1+7+1+18+1+termsafe.Width(why) > s.Width {
-			// The request a key decides is shown whole, wrapped.
+		row := fmt.Sprintf("%s%s %-7s %-18s %s", mark, s.what(r, 2, 1+7+1+18+1+24), inert(r.Via), inert(r.Project), why)
+		lines = append(lines, row)
+		if mark == "> " && s.Width > 0 && (termsafe.Width(row) > s.Width || !strings.Contains(row, what)) {
+			// The request a key decides is shown whole, wrapped, when
+			// its row is cut.
 			for _, l := range termsafe.Wrap(what+" · "+why, s.Width-4) {
 				add("    %s", l)
 			}
