@@ -9,6 +9,7 @@ require (
 	github.com/docker/compose/v5 v5.6.0
 	github.com/docker/go-units v0.5.0
 	github.com/google/nftables v0.3.0
+	github.com/mattn/go-runewidth v0.0.30
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
 	github.com/moby/go-archive v0.3.3
 	github.com/moby/moby/api v1.56.1
@@ -70,7 +71,6 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/inhies/go-bytesize v0.0.0-20220417184213-4913239db9cf // indirect
 	github.com/klauspost/compress v1.20.0 // indirect
-	github.com/mattn/go-runewidth v0.0.30 // indirect
 	github.com/mattn/go-shellwords v1.0.15 // indirect
 	github.com/mdlayher/socket v0.6.0 // indirect
 	github.com/moby/buildkit v0.33.1 // indirect

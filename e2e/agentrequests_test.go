@@ -28,10 +28,16 @@ import (
 // allowlist, also finds the gateway).
 func startRunning(t *testing.T, s *sandbox, profileYAML string) *running {
 	t.Helper()
-	prof := s.Profile(profileYAML)
+	return startRunningArgs(t, s, "run", "-p", s.Profile(profileYAML), "--", "sleep", "5m")
+}
+
+// startRunningArgs starts the launcher with args (a run that lasts) in the
+// background and returns once the agent's container runs.
+func startRunningArgs(t *testing.T, s *sandbox, args ...string) *running {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	r := &running{s: s, cmd: s.Command(ctx, "run", "-p", prof, "--", "sleep", "5m"), done: make(chan Result, 1)}
+	r := &running{s: s, cmd: s.Command(ctx, args...), done: make(chan Result, 1)}
 	go func() {
 		res, err := execute(ctx, r.cmd)
 		if err != nil {

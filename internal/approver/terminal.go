@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 // keys are the terminal UI's decision keys.
@@ -158,10 +159,10 @@ func (s *Screen) View() []string {
 	if len(names) == 0 {
 		add("propio-sandbox approve: no sandbox that can ask is running here yet; waiting for one")
 	} else {
-		add("propio-sandbox approve: approving for %s", strings.Join(names, ", "))
+		add("propio-sandbox approve: approving for %s", inert(strings.Join(names, ", ")))
 	}
 	if s.snap.Error != "" {
-		add("error: %s", s.snap.Error)
+		add("error: %s", inert(s.snap.Error))
 	}
 	add("")
 	add("Pending (%d)", len(s.snap.Pending))
@@ -170,7 +171,16 @@ func (s *Screen) View() []string {
 		if itemKey(it) == s.sel {
 			mark = "> "
 		}
-		add("%s%-28s %-7s %-18s %s", mark, r.What(), r.Via, r.Project, r.Reason)
+		what, why := inert(r.What()), inert(r.Reason)
+		row := fmt.Sprintf("%s%s %-7s %-18s %s", mark, s.what(r, 2, 1+7+1+18+1+24), inert(r.Via), inert(r.Project), why)
+		lines = append(lines, row)
+		if mark == "> " && s.Width > 0 && (termsafe.Width(row) > s.Width || !strings.Contains(row, what)) {
+			// The request a key decides is shown whole, wrapped, when
+			// its row is cut.
+			for _, l := range termsafe.Wrap(what+" · "+why, s.Width-4) {
+				add("    %s", l)
+			}
+		}
 	}
 	add("")
 	var legend []string
@@ -181,7 +191,7 @@ func (s *Screen) View() []string {
 	}
 	add("%s · ↑↓ select · q quit", strings.Join(legend, " · "))
 	if s.msg != "" {
-		add("%s", s.msg)
+		add("%s", inert(s.msg))
 	}
 	add("")
 	add("Decided")
@@ -190,7 +200,8 @@ func (s *Screen) View() []string {
 		if it.Decision != nil {
 			d = *it.Decision
 		}
-		add("  %s  %-5s %-6s %-11s %-28s %-7s %s", it.Decided.Local().Format("15:04:05"), d.Action, d.Scope, it.DecidedBy, r.What(), r.Via, r.Project)
+		add("  %s  %-5s %-6s %-11s %s %-7s %s", it.Decided.Local().Format("15:04:05"), d.Action, d.Scope, inert(it.DecidedBy),
+			s.what(r, 2+8+2+5+1+6+1+11+1, 1+7+1+18), inert(r.Via), inert(r.Project))
 	}
 	if s.Height > 0 && len(lines) > s.Height {
 		lines = lines[:s.Height]
@@ -201,13 +212,27 @@ func (s *Screen) View() []string {
 	return lines
 }
 
-// clip cuts l to width characters (0: no limit).
+// what is what r asks for, inert, in a column of at least 28 columns that
+// takes what the line has to spare: before columns are left of it, after
+// are kept for what follows. When it is wider, its beginning is cut, never
+// its end: a name's domain, a path's last elements.
+func (s *Screen) what(r Request, before, after int) string {
+	w := inert(r.What())
+	if s.Width > 0 {
+		w = termsafe.Left(w, max(min(28, s.Width-before), s.Width-before-after))
+	}
+	return termsafe.Pad(w, 28)
+}
+
+// inert is s as a terminal shows it without acting on it.
+func inert(s string) string { return termsafe.Inert(s) }
+
+// clip cuts l to width columns (0: no limit), marking the cut.
 func clip(l string, width int) string {
-	if width <= 0 || utf8.RuneCountInString(l) <= width {
+	if width <= 0 {
 		return l
 	}
-	r := []rune(l)
-	return string(r[:width])
+	return termsafe.Right(l, width)
 }
 
 // Terminal runs the terminal UI on a terminal in raw mode (in, out) until

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 func TestParseKeys(t *testing.T) {
@@ -162,5 +165,45 @@ func TestScreenInFlightKey(t *testing.T) {
 	s.Key(KeyDown)
 	if it, _, _ := s.Key("a"); it == nil || it.Request.ID != "r333" {
 		t.Fatalf("a after the user selected: %+v", it)
+	}
+}
+
+// TestScreenInert: what a sandbox sends (a name, a reason, a mount's
+// target, every control, C1 and bidi character in them) reaches the
+// screen escaped, and a long destination is cut from the left, never
+// losing the end that says where it goes.
+func TestScreenInert(t *testing.T) {
+	t.Parallel()
+	all := string(termsafe.Controls()) + "\x9b\xff" // and C1 raw, a byte that is not UTF-8
+	long := req("r1", "api.anthropic.com."+strings.Repeat("x", 120)+".evil.test", 443)
+	long.Reason = "\x1b[2JAll clear, nothing pending" + all
+	mount := req("r2", "", 0)
+	mount.Kind, mount.Via = "mount", "agent"
+	mount.Mount = &ask.MountAsk{Source: "/home/u/ws/" + strings.Repeat("data/", 30) + "etc/ssh", Target: "/mnt/\x1b]0;pwned\x07" + all}
+	snap := Snapshot{Sandboxes: []SandboxInfo{{"ws-1", "/ws"}}, Pending: []Item{{Request: long}, {Request: mount}}}
+	snap.Decided = []Item{{Request: long, Decision: &Decision{Action: Deny, Scope: Once}, DecidedBy: "timeout\x1b]52;c;ZXZpbA==\x07"}}
+	s := Screen{Width: 100, Height: 40}
+	s.Update(snap)
+	s.Message("\x1b]0;title\x07")
+	view := s.View()
+	for _, l := range view {
+		if i, c := termsafe.Find(l); i >= 0 {
+			t.Errorf("raw %s reaches the screen: %q", c, l)
+		}
+		if w := termsafe.Width(l); w > 100 {
+			t.Errorf("line of %d columns on a terminal of 100: %q", w, l)
+		}
+	}
+	text := strings.Join(view, "\n")
+	if strings.Count(text, ".evil.test:443 ") != 3 {
+		t.Errorf("the destination's end is cut, in the list, the selected request's lines or the decided:\n%s", text)
+	}
+	if !strings.Contains(text, `\x1b[2JAll clear`) {
+		t.Errorf("the reason is not shown escaped:\n%s", text)
+	}
+	// Selected, the mount is shown whole: its source's end too.
+	s.Key(KeyDown)
+	if text := strings.Join(s.View(), ""); !strings.Contains(text, "data/etc/ssh at /mnt/") {
+		t.Errorf("the selected mount's source is cut:\n%s", strings.Join(s.View(), "\n"))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 // The agent's side: a sandbox whose profile has agent_requests gets a
@@ -90,6 +92,9 @@ func ParseAgentAsk(b []byte) (AgentAsk, error) {
 	if len(a.Reason) > 500 {
 		return a, fmt.Errorf("the reason is longer than 500 characters")
 	}
+	if err := a.inert(); err != nil {
+		return a, err
+	}
 	switch a.Kind {
 	case KindPort:
 		if a.Port < 1 || a.Port > 65535 {
@@ -112,6 +117,19 @@ func ParseAgentAsk(b []byte) (AgentAsk, error) {
 		return a, fmt.Errorf("kind %q: want port, resources or mount", a.Kind)
 	}
 	return a, nil
+}
+
+// inert refuses the agent's own words the user is shown, its reason and a
+// mount's target, when they hold a character a terminal would act on (an
+// escape that clears the screen or writes the clipboard, a bidi control
+// that reorders what is read): the agent has no reason to send them. A
+// mount's source names a host path as it is; the frontends show it inert.
+func (a AgentAsk) inert() error {
+	err := termsafe.Check("reason", a.Reason)
+	if a.Mount != nil {
+		err = errors.Join(err, termsafe.Check("mount.target", a.Mount.Target))
+	}
+	return err
 }
 
 // Request is the Request the launcher asks the user for a.

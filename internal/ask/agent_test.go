@@ -2,11 +2,15 @@ package ask
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 // Two brokers in one ask directory, the gateway's (ask.sock) and the
@@ -88,6 +92,32 @@ func TestParseAgentAsk(t *testing.T) {
 	} {
 		if _, err := ParseAgentAsk([]byte(body)); (err == nil) != ok {
 			t.Errorf("%s: %v", body, err)
+		}
+	}
+}
+
+// A reason or a mount's target that holds a character a terminal acts on
+// is refused, with the field named; JSON carries every one of them. A
+// mount's source is a host path, taken as it is (and shown inert).
+func TestParseAgentAskRefusesControls(t *testing.T) {
+	for _, r := range termsafe.Controls() {
+		c := string(r)
+		for field, a := range map[string]AgentAsk{
+			"reason":       {Kind: KindPort, Port: 3000, Reason: "preview" + c},
+			"mount.target": {Kind: KindMount, Reason: "x", Mount: &MountAsk{Source: "/data", Target: "/mnt/" + c + "x"}},
+		} {
+			body, err := json.Marshal(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ParseAgentAsk(body)
+			if err == nil || !strings.Contains(err.Error(), field+" holds") {
+				t.Errorf("%s with %U: %v, want it refused", field, r, err)
+			}
+		}
+		body, _ := json.Marshal(AgentAsk{Kind: KindMount, Reason: "x", Mount: &MountAsk{Source: "/data" + c}})
+		if _, err := ParseAgentAsk(body); err != nil {
+			t.Errorf("source with %U: %v", r, err)
 		}
 	}
 }

@@ -371,13 +371,14 @@ func writeOne(w *bufio.Writer, fd FileDiff) {
 	if fd.Before.Type == TypeDir || fd.After.Type == TypeDir {
 		// git has no directories: a line of text between the file patches,
 		// which git apply and patch pass over.
+		dir := quoteGit(fd.Display)
 		switch fd.Kind {
 		case KindAdded:
-			fmt.Fprintf(w, "directory %s: added, mode %s\n", fd.Display, unixMode(fd.After))
+			fmt.Fprintf(w, "directory %s: added, mode %s\n", dir, unixMode(fd.After))
 		case KindDeleted:
-			fmt.Fprintf(w, "directory %s: deleted\n", fd.Display)
+			fmt.Fprintf(w, "directory %s: deleted\n", dir)
 		default:
-			fmt.Fprintf(w, "directory %s: mode %s -> %s\n", fd.Display, unixMode(fd.Before), unixMode(fd.After))
+			fmt.Fprintf(w, "directory %s: mode %s -> %s\n", dir, unixMode(fd.Before), unixMode(fd.After))
 		}
 		return
 	}
@@ -492,10 +493,11 @@ func WriteStat(w io.Writer, fds []FileDiff, width int) error {
 			continue
 		}
 		files++
-		r := row{name: fd.Display}
+		name := fd.Display
 		if isDir {
-			r.name += "/"
+			name += "/"
 		}
+		r := row{name: quoteGit(name)} // ASCII: a name the sandbox chose may hold a terminal's escape
 		if fd.Binary {
 			r.count = fmt.Sprintf("Bin %d -> %d bytes", fd.Before.Size, fd.After.Size)
 		} else {

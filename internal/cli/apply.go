@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -75,7 +76,7 @@ func (a *app) applied(c *sandbox.Changeset, res sandbox.Applied) error {
 		return nil
 	}
 	for _, cf := range res.Conflicts {
-		fmt.Fprintf(a.stdout, "conflict: %s: %s\n", cf.Display, cf.Reason)
+		fmt.Fprintf(a.stdout, "conflict: %s: %s\n", termsafe.Inert(cf.Display), termsafe.Inert(cf.Reason))
 	}
 	id := c.ID()
 	return withHint(fmt.Errorf("%d path%s not applied: the original changed since the run started", len(res.Conflicts), plural(len(res.Conflicts))),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -29,7 +30,7 @@ state: running (its sandbox is using it), ready (to review and apply) or partial
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.stdout)
+				enc := json.NewEncoder(termsafe.JSON(a.stdout))
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}
@@ -44,7 +45,7 @@ state: running (its sandbox is using it), ready (to review and apply) or partial
 				if r.Files != nil {
 					files = strconv.Itoa(*r.Files)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Workspace, r.Profile, r.Created.Local().Format(time.DateTime), files, r.State)
+				tableRow(tw, r.ID, r.Workspace, r.Profile, r.Created.Local().Format(time.DateTime), files, string(r.State))
 			}
 			return tw.Flush()
 		},

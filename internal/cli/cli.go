@@ -13,6 +13,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/initgc"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -229,15 +230,17 @@ func report(w io.Writer, err error) int {
 		prefix := strings.TrimSuffix(err.Error(), list.Error())
 		prefix = strings.TrimSuffix(strings.TrimSpace(prefix), ":")
 		if prefix != "" {
-			fmt.Fprintf(w, "%s: error: %s:\n", name, prefix)
+			fmt.Fprintf(w, "%s: error: %s:\n", name, termsafe.Inert(prefix))
 		}
 		for _, e := range list {
-			fmt.Fprintf(w, "%s: error: %s\n", name, e.Error())
+			fmt.Fprintf(w, "%s: error: %s\n", name, termsafe.Inert(e.Error()))
 		}
 		hints = list.Hints()
 	} else {
+		// One line a line of the error, each inert: an error may name
+		// what a sandbox made (a path, a name).
 		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(w, "%s: error: %s\n", name, line)
+			fmt.Fprintf(w, "%s: error: %s\n", name, termsafe.Inert(line))
 		}
 	}
 	hints = append(hints, hintsOf(err)...)
@@ -245,7 +248,7 @@ func report(w io.Writer, err error) int {
 		hints = append(hints, "run `"+name+" help` for usage")
 	}
 	for _, hint := range hints {
-		fmt.Fprintf(w, "%s: hint: %s\n", name, hint)
+		fmt.Fprintf(w, "%s: hint: %s\n", name, termsafe.Inert(hint))
 	}
 	return code
 }
@@ -323,7 +326,7 @@ func (e env) grantHost() profile.GrantHost { return e.sandbox().GrantHost() }
 // warnGrants prints a warning for each unsafe grant.
 func (a *app) warnGrants(grants []profile.Grant) {
 	for _, g := range grants {
-		fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, g)
+		fmt.Fprintf(a.stderr, "%s: warning: %s\n", name, termsafe.Inert(g.String()))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/grants"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -52,7 +53,7 @@ later run of this workspace, saved in your grants (outside the workspace).`,
 				return withHint(err, "it was decided already, timed out, or its connection ended: propio-sandbox logs shows which")
 			}
 			if err == nil {
-				fmt.Fprintf(a.stdout, "%s %s %s (%s)\n", past(action), req.Project, destination(req), scope)
+				fmt.Fprintf(a.stdout, "%s %s %s (%s)\n", past(action), req.Project, termsafe.Inert(destination(req)), scope)
 			}
 			return err
 		},

@@ -3,7 +3,10 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -16,6 +19,8 @@ func newDiff(a *app) *cobra.Command {
 context) of added, modified and deleted files, mode changes, symlinks (their target
 shown as content) and directories; binary files are summarised with their sizes.
 --stat prints one line per file and a summary; --json the changes as one object.
+On a terminal, the content's control characters (an escape, a carriage return) are
+shown escaped; to a file or a pipe, the diff is byte for byte (for git apply).
 
 ID is a changeset id or a unique prefix of one; without it, the newest changeset of
 the current directory's workspace. The first argument is taken as an ID when it is
@@ -62,11 +67,18 @@ func (a *app) diff(args []string, stat, asJSON bool) error {
 	}
 	switch {
 	case asJSON:
-		enc := json.NewEncoder(a.stdout)
+		enc := json.NewEncoder(termsafe.JSON(a.stdout))
 		enc.SetIndent("", "  ")
 		return enc.Encode(d.Report())
 	case stat:
 		err = d.WriteStat(a.stdout, 80)
+	case isTerminal(a.stdout):
+		// The content is the sandbox's: on a terminal, shown inert (to a
+		// file or a pipe, as it is, for git apply).
+		var b strings.Builder
+		if err = d.WriteUnified(&b); err == nil {
+			_, err = io.WriteString(a.stdout, termsafe.Text(b.String()))
+		}
 	default:
 		err = d.WriteUnified(a.stdout)
 	}
@@ -85,7 +97,7 @@ func warnConflicts(a *app, conflicts []string) {
 	}
 	fmt.Fprintf(a.stderr, "%s: warning: %d path%s changed in the original since the run started (apply refuses them without --force):\n", name, n, plural(n))
 	for _, p := range conflicts {
-		fmt.Fprintf(a.stderr, "  %s\n", p)
+		fmt.Fprintf(a.stderr, "  %s\n", termsafe.Inert(p))
 	}
 }
 

@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"github.com/propio/propio-sandbox/internal/gitindex"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/preflight"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -110,12 +110,10 @@ func workspaceWarnings(e env, p *profile.Profile) []string {
 // path in the workspace, or in an index the sandbox wrote, may hold
 // terminal escapes.
 func printable(s string) string {
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
+	if i, _ := termsafe.Find(s); i < 0 {
+		return s
 	}
-	return s
+	return strconv.Quote(s)
 }
 
 // doctorChecks runs every built-in check, then, when they all pass, the
@@ -150,7 +148,7 @@ func (a *app) doctorChecks(e env, p *profile.Profile, build bool) ([]preflight.R
 // printDoctor prints doctor's report: a table and the warnings, or JSON.
 func (a *app) printDoctor(rep doctorReport, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
+		enc := json.NewEncoder(termsafe.JSON(a.stdout))
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/propio/propio-sandbox/internal/grants"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -162,7 +163,7 @@ func (a *app) grantsJSON(sets []grants.Set) error {
 			out = append(out, j)
 		}
 	}
-	enc := json.NewEncoder(a.stdout)
+	enc := json.NewEncoder(termsafe.JSON(a.stdout))
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }

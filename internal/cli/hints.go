@@ -11,13 +11,15 @@ import (
 	"github.com/propio/propio-sandbox/internal/profile"
 	"github.com/propio/propio-sandbox/internal/sandbox"
 	"github.com/propio/propio-sandbox/internal/sshagent"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 )
 
 // reporter says what a launch tells the user, on stderr.
 type reporter struct{ w io.Writer }
 
-func (r reporter) Warn(msg string) { fmt.Fprintf(r.w, "%s: warning: %s\n", name, msg) }
-func (r reporter) Note(msg string) { fmt.Fprintf(r.w, "%s: %s\n", name, msg) }
+// Warn and Note print msg inert: it may name what the sandbox made.
+func (r reporter) Warn(msg string) { fmt.Fprintf(r.w, "%s: warning: %s\n", name, termsafe.Inert(msg)) }
+func (r reporter) Note(msg string) { fmt.Fprintf(r.w, "%s: %s\n", name, termsafe.Inert(msg)) }
 func (r reporter) Failed(err error) {
 	report(r.w, hintError(err, nil, ""))
 }
@@ -26,9 +28,9 @@ func (r reporter) Failed(err error) {
 func (r reporter) Guarded(items []string, quarantine string) {
 	fmt.Fprintf(r.w, "%s: warning: the sandbox left what git (or the host) would run; so that nothing runs it:\n", name)
 	for _, it := range items {
-		fmt.Fprintf(r.w, "%s: warning:   %s\n", name, it)
+		fmt.Fprintf(r.w, "%s: warning:   %s\n", name, termsafe.Inert(it))
 	}
-	fmt.Fprintf(r.w, "%s: hint: what was put aside is kept in %s, never run; look at it before you put anything back\n", name, quarantine)
+	fmt.Fprintf(r.w, "%s: hint: what was put aside is kept in %s, never run; look at it before you put anything back\n", name, termsafe.Inert(quarantine))
 }
 
 // hintError adds what to do about the errors of a launch and of the

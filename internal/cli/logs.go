@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -94,7 +95,7 @@ func onlyOutcomes(entries []decisionlog.Entry, denied, failed bool) []decisionlo
 }
 
 func printLogJSON(w io.Writer, entries []decisionlog.Entry) error {
-	enc := json.NewEncoder(w)
+	enc := json.NewEncoder(termsafe.JSON(w))
 	for _, en := range entries {
 		if err := enc.Encode(en); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/sandbox"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -67,7 +68,7 @@ func (a *app) lsPrint(list []sandbox.Sandbox, asJSON bool) error {
 	if list == nil {
 		list = []sandbox.Sandbox{}
 	}
-	enc := json.NewEncoder(a.stdout)
+	enc := json.NewEncoder(termsafe.JSON(a.stdout))
 	enc.SetIndent("", "  ")
 	return enc.Encode(list)
 }
@@ -92,7 +93,7 @@ func (a *app) lsTable(list []sandbox.Sandbox) error {
 		if s.Why != "" {
 			state += " (" + s.Why + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Project, nm, s.Workspace, s.Profile, launcher, state, s.Created.Format(time.DateTime))
+		tableRow(tw, s.Project, nm, s.Workspace, s.Profile, launcher, state, s.Created.Format(time.DateTime))
 	}
 	return tw.Flush()
 }

@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/propio/propio-sandbox/internal/ask"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -79,16 +81,25 @@ func listRequests(ctx context.Context, w io.Writer, f askFlags, asJSON bool) err
 		reqs = append(reqs, rs...)
 	}
 	if asJSON {
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(termsafe.JSON(w))
 		enc.SetIndent("", "  ")
 		return enc.Encode(reqs)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPROJECT\tKIND\tVIA\tDESTINATION\tWAITING\tREASON")
 	for _, r := range reqs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Project, r.Kind, r.Via, destination(r), time.Since(r.Created).Round(time.Second), r.Reason)
+		tableRow(tw, r.ID, r.Project, r.Kind, r.Via, destination(r), time.Since(r.Created).Round(time.Second).String(), r.Reason)
 	}
 	return tw.Flush()
+}
+
+// tableRow writes cells as a row of a tabwriter, each made inert: what a
+// sandbox sent can neither act on the terminal nor print a row of its own.
+func tableRow(w io.Writer, cells ...string) {
+	for i, c := range cells {
+		cells[i] = termsafe.Inert(c)
+	}
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
 
 // destination is host:port (the name alone for a lookup), or what an
@@ -105,10 +116,10 @@ func watchRequests(ctx context.Context, w, status io.Writer, f askFlags, asJSON 
 	}
 	print := func(ev ask.Event) {
 		if asJSON {
-			_ = json.NewEncoder(w).Encode(ev)
+			_ = json.NewEncoder(termsafe.JSON(w)).Encode(ev)
 			return
 		}
-		fmt.Fprintln(w, eventLine(ev))
+		fmt.Fprintln(w, termsafe.Inert(eventLine(ev)))
 	}
 	ready := func() {
 		fmt.Fprintf(status, "%s: approving the requests of %s as they come, from each sandbox's start; Ctrl-C stops\n", name, served(e, f.all))

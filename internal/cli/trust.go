@@ -7,6 +7,7 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/buildinputs"
 	"github.com/propio/propio-sandbox/internal/profile"
+	"github.com/propio/propio-sandbox/internal/termsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -97,7 +98,7 @@ func (a *app) showGrants(p *profile.Profile, workspace string) error {
 	} else {
 		fmt.Fprintf(a.stdout, "%s grants, beyond %s:\n\n", p.Meta.File, base.Meta.File)
 		for _, line := range lines {
-			fmt.Fprintln(a.stdout, "    "+line)
+			fmt.Fprintln(a.stdout, "    "+termsafe.Inert(line)) // a repository's words
 		}
 	}
 	fmt.Fprintf(a.stdout, "\nthe whole profile, after extends (%s): `%s profiles show %s`\n", chainComment(p), name, p.Meta.File)
@@ -108,7 +109,7 @@ func (a *app) showGrants(p *profile.Profile, workspace string) error {
 func (a *app) showBuild(p *profile.Profile, build *buildinputs.Inputs) {
 	fmt.Fprintf(a.stdout, "the build of %s reads, of the workspace (context %s):\n\n", p.Meta.File, build.Context)
 	for _, f := range build.Files {
-		fmt.Fprintf(a.stdout, "    %s\n", build.Show(f))
+		fmt.Fprintf(a.stdout, "    %s\n", termsafe.Inert(build.Show(f)))
 	}
 	fmt.Fprintln(a.stdout, "\n(files it copies as a directory or by a wildcard are not recorded: a step that runs one runs what is there at build time)")
 }

@@ -6,6 +6,20 @@
 
 const $ = (id) => document.getElementById(id);
 
+// inert shows the characters that would reorder or hide text (the C0 and C1
+// controls, DEL, the bidi and other format characters, the line
+// separators) as escapes, as the terminal frontends do (internal/termsafe).
+const named = { "\x07": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r" };
+function inert(s) {
+  return String(s).replace(/[\p{Cc}\p{Cf}\u2028\u2029]/gu, (c) => {
+    const n = c.codePointAt(0);
+    if (named[c]) return named[c];
+    if (n < 0x80) return "\\x" + n.toString(16).padStart(2, "0");
+    return n > 0xffff ? "\\U" + n.toString(16).padStart(8, "0") : "\\u" + n.toString(16).padStart(4, "0");
+  });
+}
+
+// el makes an element; text children are put in inert, as text.
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -13,7 +27,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("data-")) e.setAttribute(k, v);
     else e[k] = v;
   }
-  for (const c of children) e.append(c);
+  for (const c of children) e.append(typeof c === "string" ? inert(c) : c);
   return e;
 }
 
@@ -80,7 +94,7 @@ async function decide(req, action, scope, li) {
 }
 
 function showError(msg) {
-  $("error").textContent = msg;
+  $("error").textContent = inert(msg);
   $("error").hidden = !msg;
 }
 
@@ -169,7 +183,7 @@ function renderDecided(s) {
 function render(s) {
   state = s;
   const names = s.sandboxes.map((x) => x.project + " (" + x.workspace + ")");
-  $("sandboxes").textContent = names.length ? "Approving for " + names.join(", ") : "No sandbox that can ask is running here yet; waiting for one.";
+  $("sandboxes").textContent = names.length ? "Approving for " + inert(names.join(", ")) : "No sandbox that can ask is running here yet; waiting for one.";
   showError(s.error || "");
   renderPending(s);
   renderDecided(s);
