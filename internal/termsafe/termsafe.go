@@ -107,8 +107,8 @@ func Width(s string) int { return cond.StringWidth(s) }
 // (a name's domain, a path's last elements) stays: "…" then the tail. A
 // width of 0 or less leaves s as it is.
 func Left(s string, width int) string {
-	if width <= 0 {
-		return s
+	if width <= 0 || Width(s) <= width {
+		return s // (runewidth's TruncatePrefix gives "…" for "")
 	}
 	return cond.TruncatePrefix(s, width, Ellipsis)
 }
@@ -116,7 +116,7 @@ func Left(s string, width int) string {
 // Right fits s in width columns by cutting its end: the head then "…". A
 // width of 0 or less leaves s as it is.
 func Right(s string, width int) string {
-	if width <= 0 {
+	if width <= 0 || Width(s) <= width {
 		return s
 	}
 	return cond.Truncate(s, width, Ellipsis)

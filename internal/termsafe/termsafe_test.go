@@ -170,3 +170,44 @@ func TestText(t *testing.T) {
 		t.Errorf("Text(plain) = %q", got)
 	}
 }
+
+// FuzzInert: whatever a sandbox sends, what Inert gives holds nothing a
+// terminal acts on, and text that held nothing comes back as it was; Left
+// and Right fit it to the width, keeping its end (Left) or its beginning
+// (Right).
+func FuzzInert(f *testing.F) {
+	f.Add("\x1b[2JAll clear, nothing pending", uint8(10))
+	f.Add("api.anthropic.com.xxxxxxxxxxxx.evil.test\u202e", uint8(20))
+	f.Add("日本語\x9b\xff\u2066x", uint8(3))
+	f.Fuzz(func(t *testing.T, s string, w uint8) {
+		in := Inert(s)
+		if i, c := Find(in); i >= 0 {
+			t.Fatalf("Inert(%q) = %q holds %s at %d", s, in, c, i)
+		}
+		if i, _ := Find(s); i < 0 && in != s {
+			t.Fatalf("Inert changed %q, which holds nothing to escape, to %q", s, in)
+		}
+		width := int(w%80) + 1
+		for _, cut := range []struct {
+			name string
+			out  string
+			keep func(s, part string) bool
+		}{
+			{"Left", Left(in, width), func(s, part string) bool { return strings.HasSuffix(s, strings.TrimPrefix(part, Ellipsis)) }},
+			{"Right", Right(in, width), func(s, part string) bool { return strings.HasPrefix(s, strings.TrimSuffix(part, Ellipsis)) }},
+		} {
+			if Width(in) <= width {
+				if cut.out != in {
+					t.Fatalf("%s(%q, %d) cut what fits: %q", cut.name, in, width, cut.out)
+				}
+				continue
+			}
+			if Width(cut.out) > width {
+				t.Fatalf("%s(%q, %d) = %q, %d columns", cut.name, in, width, cut.out, Width(cut.out))
+			}
+			if !cut.keep(in, cut.out) {
+				t.Fatalf("%s(%q, %d) = %q is not a part of its end", cut.name, in, width, cut.out)
+			}
+		}
+	})
+}
