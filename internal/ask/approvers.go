@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // Approvers are served from a sandbox's first instant. An approver
@@ -75,7 +77,7 @@ func Register(workspace string, all bool) (*Registration, error) {
 		return nil, fmt.Errorf("registering as an approver: %w", err)
 	}
 	name := randomName() + ".sock"
-	ln, err := Listen(dir, name, 0o600)
+	ln, err := fsutil.ListenUnix(dir, name, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("registering as an approver: %w", err)
 	}
@@ -235,7 +237,7 @@ func Announce(s Sandbox) (held int, hangup func()) {
 func announce(dir, name string, line []byte) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), announceWait)
 	defer cancel()
-	c, err := dialIn(ctx, dir, name)
+	c, err := fsutil.DialUnix(ctx, dir, name)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // Approvers from a sandbox's first instant: a registered approver is
@@ -221,7 +223,7 @@ func TestFollowFromFirstInstant(t *testing.T) {
 	}
 	b := &Broker{Project: "p", Workspace: "/w", Timeout: time.Minute, Expect: func() bool { return Held(s.Dir) }}
 	done := pendingAsk(b) // before it listens
-	l, err := Listen(s.Dir, SocketName, 0o600)
+	l, err := fsutil.ListenUnix(s.Dir, SocketName, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

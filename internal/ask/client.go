@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 // Sandbox is a running sandbox that can ask: its project name, the
@@ -125,57 +127,9 @@ func (s Sandbox) live() bool {
 	return false
 }
 
-// maxSocketPath is the longest path a unix socket address holds (Linux:
-// 108 bytes with the final NUL).
-const maxSocketPath = 107
-
 // dial connects to the sandbox's socket name.
 func (s Sandbox) dial(ctx context.Context, name string) (net.Conn, error) {
-	return dialIn(ctx, s.Dir, name)
-}
-
-// dialIn connects to the unix socket name in dir. A path too long for a
-// socket address (a deep $XDG_STATE_HOME) is reached through the
-// directory's file descriptor, /proc/self/fd/N/NAME, where there is a /proc.
-func dialIn(ctx context.Context, dir, name string) (net.Conn, error) {
-	var d net.Dialer
-	sock := filepath.Join(dir, name)
-	if len(sock) <= maxSocketPath {
-		return d.DialContext(ctx, "unix", sock)
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", f.Fd(), name))
-}
-
-// Listen listens on the unix socket name in dir, with mode perm; a socket
-// of that name left there is replaced. A path too long for a socket
-// address is reached as dialIn does.
-func Listen(dir, name string, perm os.FileMode) (net.Listener, error) {
-	path := filepath.Join(dir, name)
-	os.Remove(path)
-	addr := path
-	if len(path) > maxSocketPath {
-		d, err := os.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
-	}
-	l, err := net.Listen("unix", addr)
-	if err != nil {
-		return nil, err
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chmod(path, perm); err != nil {
-		l.Close()
-		return nil, errors.Join(err, os.Remove(path))
-	}
-	return l, nil
+	return fsutil.DialUnix(ctx, s.Dir, name)
 }
 
 // client speaks HTTP to the sandbox's socket name.

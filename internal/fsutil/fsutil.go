@@ -1,6 +1,7 @@
 // Package fsutil holds the file writing that must never leave a file
 // half-written, and the reading of files a sandbox could have made, which
-// must never block (OpenRegular).
+// must never block (OpenRegular), and unix sockets at paths too long for a
+// socket address (DialUnix, ListenUnix).
 package fsutil
 
 import (

@@ -20,6 +20,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 	"github.com/propio/propio-sandbox/internal/profile"
 	"golang.org/x/net/netutil"
@@ -80,11 +81,11 @@ var quiet = log.New(io.Discard, "", 0)
 // carried out with ctx (the sandbox's).
 func (a *AgentServer) Start(ctx context.Context) error {
 	a.ctx, a.cancel = context.WithCancel(ctx)
-	agent, err := listenUnix(a.AgentDir, ask.AgentSocketName, 0o666) // whichever user the agent is
+	agent, err := fsutil.ListenUnix(a.AgentDir, ask.AgentSocketName, 0o666) // whichever user the agent is
 	if err != nil {
 		return fmt.Errorf("serving the agent's requests: %w", err)
 	}
-	launcher, err := listenUnix(a.AskDir, ask.LauncherSocketName, 0o600)
+	launcher, err := fsutil.ListenUnix(a.AskDir, ask.LauncherSocketName, 0o600)
 	if err != nil {
 		agent.Close()
 		return fmt.Errorf("serving the agent's requests to approvers: %w", err)
@@ -305,12 +306,6 @@ func (s *launch) requestHandlers(proj *types.Project, ports *Ports, askDir strin
 		hs.Resolve(ask.KindMount, m.Resolve)
 	}
 	return hs
-}
-
-// listenUnix listens on the unix socket name in dir, with mode perm
-// (ask.Listen).
-func listenUnix(dir, name string, perm os.FileMode) (net.Listener, error) {
-	return ask.Listen(dir, name, perm)
 }
 
 // announce announces the sandbox project, when it can ask (it has an ask

@@ -26,6 +26,7 @@ import (
 	"github.com/propio/propio-sandbox/internal/broker"
 	"github.com/propio/propio-sandbox/internal/daemon"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
 
@@ -87,7 +88,7 @@ func (kp GatewayKeeper) Run(ctx context.Context) error {
 		return err
 	}
 	sock := k.spec.Project + ".sock"
-	ln, err := listenUnix(k.dir, sock, 0o600)
+	ln, err := fsutil.ListenUnix(k.dir, sock, 0o600)
 	if err != nil {
 		return fmt.Errorf("serving the launches' requests: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/ask"
 	"github.com/propio/propio-sandbox/internal/backend"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/gatewayimage"
 	"github.com/propio/propio-sandbox/internal/portrelay"
 )
@@ -35,10 +36,6 @@ const (
 	relayReady  = 15 * time.Second // until the relay serves its socket
 	relayRemove = 30 * time.Second // removing the relays when the sandbox ends
 )
-
-// maxSocketPath is the longest path a unix socket address holds; a longer
-// one is dialled through the directory's descriptor.
-const maxSocketPath = 100
 
 // Ports publishes ports of one running sandbox at the agent's request. Its
 // Handle is the handler of requests of kind "port", and Check their check
@@ -215,17 +212,7 @@ func waitSocket(ctx context.Context, sock string, limit time.Duration) error {
 // dial connects to the relay of port, through the directory's descriptor
 // when the socket's path is too long for an address.
 func (p *Ports) dial(ctx context.Context, port int) (net.Conn, error) {
-	var d net.Dialer
-	sock := filepath.Join(p.dir, portrelay.SocketName(port))
-	if len(sock) <= maxSocketPath {
-		return d.DialContext(ctx, "unix", sock)
-	}
-	dir, err := os.Open(p.dir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), portrelay.SocketName(port)))
+	return fsutil.DialUnix(ctx, p.dir, portrelay.SocketName(port))
 }
 
 func (p *Ports) removeRelay(id string) {

@@ -20,6 +20,7 @@ import (
 	"github.com/propio/propio-sandbox/generator"
 	"github.com/propio/propio-sandbox/internal/daemon"
 	"github.com/propio/propio-sandbox/internal/decisionlog"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 	"github.com/propio/propio-sandbox/internal/hostinfo"
 )
 
@@ -161,17 +162,7 @@ type keeperLink struct {
 
 // dialKeeper connects to the keeper whose socket is name in dir.
 func dialKeeper(ctx context.Context, dir, name string) (*keeperLink, error) {
-	addr := filepath.Join(dir, name)
-	if len(addr) > maxSocketPath {
-		d, err := os.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name)
-	}
-	var dl net.Dialer
-	c, err := dl.DialContext(ctx, "unix", addr)
+	c, err := fsutil.DialUnix(ctx, dir, name)
 	if err != nil {
 		return nil, err
 	}

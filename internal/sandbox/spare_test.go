@@ -13,6 +13,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/propio/propio-sandbox/generator"
+	"github.com/propio/propio-sandbox/internal/fsutil"
 )
 
 func TestPrepareKeep(t *testing.T) {
@@ -120,7 +121,7 @@ func inProcessKeeper(t *testing.T, s *launch, f *fakeRuntime, name, digest strin
 		ready: make(chan struct{}), end: make(chan string, 1), removed: make(chan struct{}),
 	}
 	close(k.ready)
-	ln, err := listenUnix(dir, name+".sock", 0o600)
+	ln, err := fsutil.ListenUnix(dir, name+".sock", 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
