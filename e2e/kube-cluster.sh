@@ -477,7 +477,17 @@ start() {
   launch kube-proxy "$bin/kube-proxy" --kubeconfig "$state/proxy.kubeconfig" --hostname-override "$node" \
     --cluster-cidr "$pod_cidr" --proxy-mode iptables --conntrack-max-per-core 0 \
     --metrics-bind-address 127.0.0.1:10249 --healthz-bind-address 127.0.0.1:10256
-  # kube-router needs the Node object: it enforces NetworkPolicy.
+  # kube-router enforces NetworkPolicy by saving the host's whole filter
+  # table, changing it and restoring it whole (iptables-restore -T filter):
+  # the rules a Docker engine adds meanwhile for a network it makes (its
+  # FORWARD accept for traffic inside the network's bridge) are lost, and
+  # with bridge-nf-call-iptables on and FORWARD's policy DROP, containers on
+  # that network no longer reach each other (the e2e tests beside the
+  # cluster: a sandbox's DNS to its gateway timed out). While the cluster
+  # runs, what stays inside one Docker bridge is accepted in DOCKER-USER, a
+  # chain Docker never rewrites, as Docker's own rules do (no network made
+  # here turns off inter-container traffic); routed traffic is untouched.
+  docker_bridge_rule -I
   launch kube-router "$bin/kube-router" --kubeconfig "$state/router.kubeconfig" --hostname-override "$node" \
     --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
     --metrics-port 0 --health-port 0
@@ -554,6 +564,19 @@ shims() {
   done
 }
 
+# docker_bridge_rule -I|-D: insert (once) or delete the DOCKER-USER rule that
+# accepts traffic inside one of a Docker engine's bridges, when there is such
+# a chain (a Docker engine runs here); see start.
+docker_bridge_rule() {
+  local rule=(DOCKER-USER -i br-+ -o br-+ -m physdev --physdev-is-bridged
+    -m comment --comment "propio-sandbox kube-cluster: inside a Docker bridge" -j ACCEPT)
+  iptables -S DOCKER-USER >/dev/null 2>&1 || return 0
+  case $1 in
+    -I) iptables -C "${rule[@]}" 2>/dev/null || iptables -I "${rule[@]}" ;;
+    -D) while iptables -D "${rule[@]}" 2>/dev/null; do :; done ;;
+  esac
+}
+
 # remove_chains TABLE REGEX: every chain of TABLE whose whole name matches
 # the extended REGEX, and first the rules that jump to them.
 remove_chains() {
@@ -611,6 +634,7 @@ stop() {
   if [[ -n $cnichains ]]; then remove_chains nat "$cnichains"; fi
   remove_chains nat 'CNI-HOSTPORT-[A-Z]+|CNI-DN-[0-9a-f]+'
   remove_chains filter 'CNI-FORWARD|CNI-ADMIN'
+  docker_bridge_rule -D
   local set
   for set in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do
     ipset destroy "$set" 2>/dev/null || true
