@@ -218,7 +218,7 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, c.RequestDenialHint(t.host, t.port, r.Method, r.URL.Path, d))
 		return
 	}
-	x := &brokered{target: t}
+	x := &brokered{target: t, masking: t.run.matcher(t.host, t.port)}
 	b := t.run.brokerHeaders(t.host, t.port, t.tls, r.Header)
 	x.put, x.left = b.put, b.left
 	for _, name := range t.run.sentinelsIn(r.URL.RawQuery + r.URL.EscapedPath()) {
@@ -254,7 +254,10 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // brokered is what the proxy learns of one request, for its log entry.
 type brokered struct {
-	target    *target
+	target *target
+	// masking masks the values of the secrets that may go to the target
+	// in what it answers; nil when none may.
+	masking   *matcher
 	put, left []string
 	masked    []string
 	err       string
@@ -278,7 +281,7 @@ func (ic *interceptor) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.URL.Host = net.JoinHostPort(strings.Trim(x.target.host, "[]"), strconv.Itoa(int(x.target.port)))
 	pr.Out.Host = pr.In.Host
-	if x.target.run.matcher(x.target.host, x.target.port) != nil {
+	if x.masking != nil {
 		askWhole(pr.Out.Header)
 	}
 }
@@ -289,7 +292,7 @@ func (ic *interceptor) rewrite(pr *httputil.ProxyRequest) {
 // on as it gets them, are masked first.
 func (ic *interceptor) RoundTrip(r *http.Request) (*http.Response, error) {
 	if x := exchangeOf(r); x != nil {
-		if m := x.target.run.matcher(x.target.host, x.target.port); m != nil {
+		if m := x.masking; m != nil {
 			// The proxy's own hook runs after this one, on the same map.
 			r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 				Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
@@ -310,8 +313,8 @@ func (ic *interceptor) RoundTrip(r *http.Request) (*http.Response, error) {
 // (maskResponse).
 func (ic *interceptor) modifyResponse(resp *http.Response) error {
 	x := exchangeOf(resp.Request)
-	if m := x.target.run.matcher(x.target.host, x.target.port); m != nil {
-		return maskResponse(resp, m, &x.masked)
+	if x.masking != nil {
+		return maskResponse(resp, x.masking, &x.masked)
 	}
 	return nil
 }
