@@ -19,9 +19,10 @@ type RequestHandler func(ctx context.Context, req ask.Request) (result map[strin
 // Handlers are the RequestHandlers of a launch's request server, by kind.
 // The zero value is empty and ready; it is safe for concurrent use.
 type Handlers struct {
-	mu        sync.RWMutex
-	m         map[string]RequestHandler
-	checks    map[string]RequestCheck
+	mu sync.RWMutex
+	m  map[string]RequestHandler
+	// resolvers hold each kind's check or resolver (a check resolves a
+	// request to itself).
 	resolvers map[string]RequestResolver
 }
 
@@ -65,14 +66,10 @@ func errNoHandler(kind string) error {
 // agent is answered deny at once, decided by rule, with the error.
 type RequestCheck func(req ask.Request) error
 
-// Check makes c the check of kind's requests before they are asked.
+// Check makes c the check of kind's requests before they are asked, in
+// place of any check or resolver before it.
 func (hs *Handlers) Check(kind string, c RequestCheck) {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.checks == nil {
-		hs.checks = map[string]RequestCheck{}
-	}
-	hs.checks[kind] = c
+	hs.Resolve(kind, func(req ask.Request) (ask.Request, error) { return req, c(req) })
 }
 
 // A RequestResolver is a RequestCheck that also says what the request
@@ -82,7 +79,7 @@ func (hs *Handlers) Check(kind string, c RequestCheck) {
 type RequestResolver func(req ask.Request) (ask.Request, error)
 
 // Resolve makes r the resolver of kind's requests before they are asked,
-// after its check.
+// in place of any check or resolver before it.
 func (hs *Handlers) Resolve(kind string, r RequestResolver) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
@@ -92,17 +89,12 @@ func (hs *Handlers) Resolve(kind string, r RequestResolver) {
 	hs.resolvers[kind] = r
 }
 
-// check runs the check and the resolver of req's kind, those it has, and
+// check runs the check or the resolver of req's kind, if it has one, and
 // returns req as the user is to be asked it.
 func (hs *Handlers) check(req ask.Request) (ask.Request, error) {
 	hs.mu.RLock()
-	c, r := hs.checks[req.Kind], hs.resolvers[req.Kind]
+	r := hs.resolvers[req.Kind]
 	hs.mu.RUnlock()
-	if c != nil {
-		if err := c(req); err != nil {
-			return req, err
-		}
-	}
 	if r == nil {
 		return req, nil
 	}
