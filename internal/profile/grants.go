@@ -293,14 +293,9 @@ func (p *Profile) WritesOutside(h GrantHost) []string {
 		if m.Mode != ModeRW {
 			continue
 		}
-		src := m.hostPath(vars)
-		r, _ := h.resolve(src)
+		src, r, shown := h.shown(m.hostPath(vars))
 		if h.Workspace != "" && (fsutil.Within(h.Workspace, src) && fsutil.Within(ws, r)) {
 			continue
-		}
-		shown := src
-		if r != src {
-			shown = fmt.Sprintf("%s (%s)", src, r)
 		}
 		path := []string{"mounts", strconv.Itoa(i), "source"}
 		out = append(out, fmt.Sprintf("%s (%s): %s is mounted rw, outside the workspace: the sandbox writes it on the host, with no changeset to review", fieldPath(path), p.Pos(path...), shown))
