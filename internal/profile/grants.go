@@ -221,6 +221,16 @@ func (h GrantHost) WriteDangers(source string) []Danger {
 	return nil
 }
 
+// MountDangers is what mounting source would undo: Dangers, and with write
+// access (rw) WriteDangers too.
+func (h GrantHost) MountDangers(source string, rw bool) []Danger {
+	ds := h.Dangers(source)
+	if rw {
+		ds = append(ds, h.WriteDangers(source)...)
+	}
+	return ds
+}
+
 // found is one dangerous grant found in a profile, before it is judged.
 type found struct {
 	Danger
@@ -259,12 +269,7 @@ func (p *Profile) hostDangers(h GrantHost) []found {
 		if literalRoot(m.Source) {
 			continue
 		}
-		src := m.hostPath(vars)
-		ds := h.Dangers(src)
-		if m.Mode == ModeRW {
-			ds = append(ds, h.WriteDangers(src)...)
-		}
-		for _, d := range ds {
+		for _, d := range h.MountDangers(m.hostPath(vars), m.Mode == ModeRW) {
 			out = append(out, found{Danger: d, path: []string{"mounts", strconv.Itoa(i), "source"}})
 		}
 	}

@@ -301,11 +301,7 @@ func (l *Launch) checkGrants(engineHost string) error {
 	}
 	extra, _ := hostinfo.ExtraMounts(os.LookupEnv) // a bad one is refused with the project
 	for _, m := range extra {
-		ds := host.Dangers(m.Source)
-		if !m.ReadOnly {
-			ds = append(ds, host.WriteDangers(m.Source)...)
-		}
-		for _, d := range ds {
+		for _, d := range host.MountDangers(m.Source, !m.ReadOnly) {
 			l.Report.Warn(fmt.Sprintf("unsafe grant %s: %s mounts %s at %s: %s", d.Name, hostinfo.EnvMounts, m.Source, m.Target, d.What))
 		}
 	}
